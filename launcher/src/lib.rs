@@ -1,0 +1,12 @@
+//! ibcoll's launcher side: the PMI-1 protocol (wire format, server state
+//! machine, client), the placement of ranks on nodes, and the pieces of
+//! `ibrun` that are worth testing without processes.
+
+pub mod client;
+pub mod codec;
+pub mod mapping;
+pub mod server;
+pub mod wire;
+
+pub use client::{InitMode, Placement, Pmi, PmiError};
+pub use mapping::NodeMap;

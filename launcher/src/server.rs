@@ -1,0 +1,540 @@
+//! The PMI-1 server: the key-value space and barrier of one job.
+//!
+//! This is a pure state machine: the launcher's event loop feeds it lines read
+//! from each connection and carries out the [`Action`]s it returns (replies,
+//! log lines, an abort). Keeping I/O out makes every protocol path testable
+//! without processes, and guarantees that a malformed line can only produce an
+//! error reply, never a crash or a stuck barrier.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::wire::{self, Command};
+
+/// Identifies one client connection inside the launcher.
+pub type ConnId = usize;
+
+/// Limits and names advertised to clients.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub kvsname: String,
+    pub size: usize,
+    pub universe_size: usize,
+    pub appnum: i64,
+    pub kvsname_max: usize,
+    pub keylen_max: usize,
+    pub vallen_max: usize,
+    /// Entries present before any client puts (e.g. `PMI_process_mapping`).
+    pub preset: Vec<(String, String)>,
+}
+
+impl ServerConfig {
+    /// Slurm's limits, so that clients exercised under ibrun behave the same
+    /// under `srun --mpi=pmi2`.
+    pub fn new(kvsname: &str, size: usize) -> Self {
+        ServerConfig {
+            kvsname: kvsname.to_string(),
+            size,
+            universe_size: size,
+            appnum: 0,
+            kvsname_max: 256,
+            keylen_max: 64,
+            vallen_max: 1024,
+            preset: Vec::new(),
+        }
+    }
+}
+
+/// What the event loop must do after a line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Write these bytes (one or more lines) to the connection.
+    Reply(ConnId, String),
+    /// Print a diagnostic line on ibrun's stderr.
+    Log(String),
+    /// A rank asked to abort the job.
+    Abort {
+        rank: Option<usize>,
+        exit_code: i32,
+        message: String,
+    },
+    /// The rank sent `finalize`.
+    Finalized(usize),
+}
+
+#[derive(Debug, Default)]
+struct Conn {
+    rank: Option<usize>,
+}
+
+/// The server state of one job.
+#[derive(Debug)]
+pub struct PmiServer {
+    cfg: ServerConfig,
+    kvs: HashMap<String, String>,
+    conns: HashMap<ConnId, Conn>,
+    ranks_seen: HashSet<usize>,
+    in_barrier: Vec<ConnId>,
+}
+
+impl PmiServer {
+    pub fn new(cfg: ServerConfig) -> Self {
+        let kvs = cfg.preset.iter().cloned().collect();
+        PmiServer {
+            cfg,
+            kvs,
+            conns: HashMap::new(),
+            ranks_seen: HashSet::new(),
+            in_barrier: Vec::new(),
+        }
+    }
+
+    /// Registers a connection; `rank` is known for socketpair connections and
+    /// learned from `initack` for TCP ones.
+    pub fn add_conn(&mut self, id: ConnId, rank: Option<usize>) {
+        if let Some(r) = rank {
+            self.ranks_seen.insert(r);
+        }
+        self.conns.insert(id, Conn { rank });
+    }
+
+    /// Forgets a closed connection. A rank that leaves in the middle of a
+    /// barrier is dropped from it; the launcher ends the job on its exit.
+    pub fn remove_conn(&mut self, id: ConnId) {
+        self.conns.remove(&id);
+        self.in_barrier.retain(|&c| c != id);
+    }
+
+    /// The rank behind a connection, when known.
+    pub fn rank_of(&self, id: ConnId) -> Option<usize> {
+        self.conns.get(&id).and_then(|c| c.rank)
+    }
+
+    /// Number of ranks currently waiting in the barrier.
+    pub fn barrier_waiting(&self) -> usize {
+        self.in_barrier.len()
+    }
+
+    /// Handles one line from connection `id`.
+    pub fn handle_line(&mut self, id: ConnId, line: &[u8]) -> Vec<Action> {
+        let who = self.describe(id);
+        let cmd = match wire::parse_line(line) {
+            Ok(c) => c,
+            Err(e) => {
+                return vec![
+                    Action::Log(format!("PMI: malformed line from {who}: {e}")),
+                    Action::Reply(id, error_reply("error", &format!("malformed: {e}"))),
+                ]
+            }
+        };
+        match self.dispatch(id, &cmd) {
+            Ok(actions) => actions,
+            Err(msg) => vec![
+                Action::Log(format!("PMI: {who}: cmd={} rejected: {msg}", cmd.name)),
+                Action::Reply(id, error_reply(&reply_name(&cmd.name), &msg)),
+            ],
+        }
+    }
+
+    fn describe(&self, id: ConnId) -> String {
+        match self.rank_of(id) {
+            Some(r) => format!("rank {r}"),
+            None => format!("connection {id}"),
+        }
+    }
+
+    fn dispatch(&mut self, id: ConnId, cmd: &Command) -> Result<Vec<Action>, String> {
+        if cmd.multi {
+            return Err(format!("mcmd={} (spawn) is not supported", cmd.name));
+        }
+        let reply = |c: Command| Ok(vec![Action::Reply(id, c.to_line())]);
+        match cmd.name.as_str() {
+            "init" => {
+                let v = cmd.require_int("pmi_version").map_err(|e| e.to_string())?;
+                let sv = cmd.get("pmi_subversion").unwrap_or("0");
+                if v != 1 {
+                    return Err(format!(
+                        "PMI version {v}.{sv} requested; this server speaks PMI-1.1"
+                    ));
+                }
+                reply(
+                    Command::new("response_to_init")
+                        .arg("pmi_version", 1)
+                        .arg("pmi_subversion", 1)
+                        .arg("rc", 0),
+                )
+            }
+            "initack" => {
+                let raw = cmd.require("pmiid").map_err(|e| e.to_string())?;
+                let r: usize = raw
+                    .parse()
+                    .ok()
+                    .filter(|&r| r < self.cfg.size)
+                    .ok_or_else(|| format!("pmiid {raw:?} is not a rank below {}", self.cfg.size))?;
+                if self.conns.get(&id).and_then(|c| c.rank).is_some() {
+                    return Err("initack on a connection that already has a rank".into());
+                }
+                if !self.ranks_seen.insert(r) {
+                    return Err(format!("rank {r} is already connected"));
+                }
+                if let Some(c) = self.conns.get_mut(&id) {
+                    c.rank = Some(r);
+                }
+                let text = [
+                    Command::new("initack").arg("rc", 0),
+                    Command::new("set").arg("size", self.cfg.size),
+                    Command::new("set").arg("rank", r),
+                    Command::new("set").arg("debug", 0),
+                ]
+                .iter()
+                .map(Command::to_line)
+                .collect();
+                Ok(vec![Action::Reply(id, text)])
+            }
+            "get_maxes" => reply(
+                Command::new("maxes")
+                    .arg("kvsname_max", self.cfg.kvsname_max)
+                    .arg("keylen_max", self.cfg.keylen_max)
+                    .arg("vallen_max", self.cfg.vallen_max)
+                    .arg("rc", 0),
+            ),
+            "get_universe_size" => reply(
+                Command::new("universe_size")
+                    .arg("size", self.cfg.universe_size)
+                    .arg("rc", 0),
+            ),
+            "get_appnum" => reply(
+                Command::new("appnum")
+                    .arg("appnum", self.cfg.appnum)
+                    .arg("rc", 0),
+            ),
+            "get_my_kvsname" => reply(
+                Command::new("my_kvsname")
+                    .arg("kvsname", &self.cfg.kvsname)
+                    .arg("rc", 0),
+            ),
+            "put" => {
+                self.check_kvsname(cmd)?;
+                let key = cmd.require("key").map_err(|e| e.to_string())?;
+                let value = cmd.require("value").map_err(|e| e.to_string())?;
+                if key.len() > self.cfg.keylen_max {
+                    return Err(format!(
+                        "key of {} bytes exceeds keylen_max {}",
+                        key.len(),
+                        self.cfg.keylen_max
+                    ));
+                }
+                if value.len() > self.cfg.vallen_max {
+                    return Err(format!(
+                        "value of {} bytes exceeds vallen_max {}",
+                        value.len(),
+                        self.cfg.vallen_max
+                    ));
+                }
+                self.kvs.insert(key.to_string(), value.to_string());
+                reply(Command::new("put_result").arg("rc", 0).arg("msg", "success"))
+            }
+            "get" => {
+                self.check_kvsname(cmd)?;
+                let key = cmd.require("key").map_err(|e| e.to_string())?;
+                match self.kvs.get(key) {
+                    Some(v) => reply(
+                        Command::new("get_result")
+                            .arg("rc", 0)
+                            .arg("msg", "success")
+                            .arg("value", v),
+                    ),
+                    // A missing key is an ordinary answer, not a protocol error:
+                    // clients probe optional keys such as PMI_process_mapping.
+                    None => reply(
+                        Command::new("get_result")
+                            .arg("rc", -1)
+                            .arg("msg", "key_not_found"),
+                    ),
+                }
+            }
+            "barrier_in" => {
+                if self.in_barrier.contains(&id) {
+                    return Err("barrier_in twice without barrier_out".into());
+                }
+                self.in_barrier.push(id);
+                if self.in_barrier.len() < self.cfg.size {
+                    return Ok(Vec::new());
+                }
+                let out = Command::new("barrier_out").arg("rc", 0).to_line();
+                Ok(self
+                    .in_barrier
+                    .drain(..)
+                    .map(|c| Action::Reply(c, out.clone()))
+                    .collect())
+            }
+            "finalize" => {
+                let mut actions = vec![Action::Reply(
+                    id,
+                    Command::new("finalize_ack").arg("rc", 0).to_line(),
+                )];
+                if let Some(r) = self.rank_of(id) {
+                    actions.push(Action::Finalized(r));
+                }
+                Ok(actions)
+            }
+            "abort" => {
+                let exit_code = cmd
+                    .get("exitcode")
+                    .and_then(|v| v.parse::<i32>().ok())
+                    .unwrap_or(1);
+                let message = cmd
+                    .get("message")
+                    .or_else(|| cmd.get("msg"))
+                    .map(unescape_message)
+                    .unwrap_or_default();
+                Ok(vec![Action::Abort {
+                    rank: self.rank_of(id),
+                    exit_code,
+                    message,
+                }])
+            }
+            other => Err(format!("unknown command {other:?}")),
+        }
+    }
+
+    fn check_kvsname(&self, cmd: &Command) -> Result<(), String> {
+        match cmd.get("kvsname") {
+            Some(k) if k != self.cfg.kvsname => Err(format!(
+                "unknown kvsname {k:?} (this job's is {:?})",
+                self.cfg.kvsname
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// PMI-1 replies are named after the request (`put` → `put_result`).
+fn reply_name(request: &str) -> String {
+    match request {
+        "init" => "response_to_init".into(),
+        "get_maxes" => "maxes".into(),
+        "get_universe_size" => "universe_size".into(),
+        "get_appnum" => "appnum".into(),
+        "get_my_kvsname" => "my_kvsname".into(),
+        "barrier_in" => "barrier_out".into(),
+        "finalize" => "finalize_ack".into(),
+        "initack" => "initack".into(),
+        other => format!("{other}_result"),
+    }
+}
+
+fn error_reply(name: &str, msg: &str) -> String {
+    let msg: String = msg
+        .chars()
+        .map(|c| if c.is_ascii_graphic() && c != '=' { c } else { '_' })
+        .take(200)
+        .collect();
+    Command::new(name)
+        .arg("rc", -1)
+        .arg("msg", msg)
+        .to_line()
+}
+
+/// Escapes free text for a PMI value (`%XX` for separators), as the client's
+/// `abort` does for its message.
+pub fn escape_message(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_graphic() && b != b'%' && b != b'=' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Reverses [`escape_message`]; invalid escapes are kept as they are.
+pub fn unescape_message(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            let hex = |b: u8| (b as char).to_digit(16);
+            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn server(n: usize) -> PmiServer {
+        let mut cfg = ServerConfig::new("kvs_1", n);
+        cfg.preset
+            .push(("PMI_process_mapping".into(), "(vector,(0,1,2))".into()));
+        let mut s = PmiServer::new(cfg);
+        for r in 0..n {
+            s.add_conn(r, Some(r));
+        }
+        s
+    }
+
+    fn reply_of(actions: &[Action]) -> &str {
+        actions
+            .iter()
+            .find_map(|a| match a {
+                Action::Reply(_, t) => Some(t.as_str()),
+                _ => None,
+            })
+            .expect("a reply")
+    }
+
+    #[test]
+    fn init_and_queries() {
+        let mut s = server(2);
+        let a = s.handle_line(0, b"cmd=init pmi_version=1 pmi_subversion=1");
+        assert_eq!(
+            reply_of(&a),
+            "cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0\n"
+        );
+        let a = s.handle_line(0, b"cmd=get_maxes");
+        assert!(reply_of(&a).starts_with("cmd=maxes kvsname_max=256 keylen_max=64"));
+        let a = s.handle_line(0, b"cmd=get_my_kvsname");
+        assert_eq!(reply_of(&a), "cmd=my_kvsname kvsname=kvs_1 rc=0\n");
+        let a = s.handle_line(0, b"cmd=get_universe_size");
+        assert_eq!(reply_of(&a), "cmd=universe_size size=2 rc=0\n");
+        let a = s.handle_line(0, b"cmd=get_appnum");
+        assert_eq!(reply_of(&a), "cmd=appnum appnum=0 rc=0\n");
+    }
+
+    #[test]
+    fn pmi2_init_is_refused_with_error_reply() {
+        let mut s = server(1);
+        let a = s.handle_line(0, b"cmd=init pmi_version=2 pmi_subversion=0");
+        assert!(reply_of(&a).contains("rc=-1"));
+        assert!(a.iter().any(|x| matches!(x, Action::Log(_))));
+    }
+
+    #[test]
+    fn put_get_and_missing() {
+        let mut s = server(2);
+        let a = s.handle_line(0, b"cmd=put kvsname=kvs_1 key=k0 value=v0");
+        assert_eq!(reply_of(&a), "cmd=put_result rc=0 msg=success\n");
+        let a = s.handle_line(1, b"cmd=get kvsname=kvs_1 key=k0");
+        assert_eq!(reply_of(&a), "cmd=get_result rc=0 msg=success value=v0\n");
+        let a = s.handle_line(1, b"cmd=get kvsname=kvs_1 key=nope");
+        assert!(reply_of(&a).contains("rc=-1"));
+        let a = s.handle_line(1, b"cmd=get kvsname=kvs_1 key=PMI_process_mapping");
+        assert!(reply_of(&a).contains("value=(vector,(0,1,2))"));
+        let a = s.handle_line(1, b"cmd=get kvsname=other key=k0");
+        assert!(reply_of(&a).starts_with("cmd=get_result rc=-1"));
+    }
+
+    #[test]
+    fn put_limits() {
+        let mut s = server(1);
+        let long_key = format!("cmd=put kvsname=kvs_1 key={} value=x", "k".repeat(65));
+        assert!(reply_of(&s.handle_line(0, long_key.as_bytes())).contains("rc=-1"));
+        let long_val = format!("cmd=put kvsname=kvs_1 key=k value={}", "v".repeat(1025));
+        assert!(reply_of(&s.handle_line(0, long_val.as_bytes())).contains("rc=-1"));
+    }
+
+    #[test]
+    fn barrier_releases_everyone_at_once() {
+        let mut s = server(3);
+        assert!(s.handle_line(0, b"cmd=barrier_in").is_empty());
+        assert!(s.handle_line(2, b"cmd=barrier_in").is_empty());
+        assert!(reply_of(&s.handle_line(2, b"cmd=barrier_in")).contains("rc=-1"));
+        let a = s.handle_line(1, b"cmd=barrier_in");
+        assert_eq!(a.len(), 3);
+        assert_eq!(s.barrier_waiting(), 0);
+        // A second barrier works the same way.
+        for r in 0..2 {
+            assert!(s.handle_line(r, b"cmd=barrier_in").is_empty());
+        }
+        assert_eq!(s.handle_line(2, b"cmd=barrier_in").len(), 3);
+    }
+
+    #[test]
+    fn tcp_initack() {
+        let mut s = PmiServer::new(ServerConfig::new("kvs", 2));
+        s.add_conn(7, None);
+        let a = s.handle_line(7, b"cmd=initack pmiid=1");
+        assert_eq!(
+            reply_of(&a),
+            "cmd=initack rc=0\ncmd=set size=2\ncmd=set rank=1\ncmd=set debug=0\n"
+        );
+        assert_eq!(s.rank_of(7), Some(1));
+        s.add_conn(8, None);
+        assert!(reply_of(&s.handle_line(8, b"cmd=initack pmiid=1")).contains("rc=-1"));
+        assert!(reply_of(&s.handle_line(8, b"cmd=initack pmiid=2")).contains("rc=-1"));
+        assert!(reply_of(&s.handle_line(8, b"cmd=initack pmiid=x")).contains("rc=-1"));
+    }
+
+    #[test]
+    fn abort_and_finalize() {
+        let mut s = server(2);
+        let a = s.handle_line(1, b"cmd=abort exitcode=7 message=bad%20input");
+        assert_eq!(
+            a,
+            vec![Action::Abort {
+                rank: Some(1),
+                exit_code: 7,
+                message: "bad input".into()
+            }]
+        );
+        let a = s.handle_line(0, b"cmd=finalize");
+        assert_eq!(reply_of(&a), "cmd=finalize_ack rc=0\n");
+        assert!(a.contains(&Action::Finalized(0)));
+    }
+
+    #[test]
+    fn unknown_and_malformed_get_error_replies() {
+        let mut s = server(1);
+        let a = s.handle_line(0, b"cmd=frobnicate");
+        assert_eq!(
+            reply_of(&a),
+            "cmd=frobnicate_result rc=-1 msg=unknown_command_\"frobnicate\"\n"
+        );
+        let a = s.handle_line(0, b"garbage here");
+        assert!(reply_of(&a).starts_with("cmd=error rc=-1"));
+        let a = s.handle_line(0, b"mcmd=spawn nprocs=2");
+        assert!(reply_of(&a).contains("rc=-1"));
+        let a = s.handle_line(0, b"cmd=put kvsname=kvs_1");
+        assert!(reply_of(&a).contains("rc=-1"));
+    }
+
+    #[test]
+    fn message_escaping_round_trips() {
+        let t = "rank 3: bad = 100%\n";
+        assert_eq!(unescape_message(&escape_message(t)), t);
+        assert_eq!(unescape_message("%zz%4"), "%zz%4");
+    }
+
+    proptest! {
+        #[test]
+        fn any_line_gives_actions_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let mut s = server(2);
+            let _ = s.handle_line(0, &bytes);
+        }
+
+        #[test]
+        fn any_wireish_line_never_panics(line in "cmd=[a-z_]{0,12}( [a-z_]{0,8}=[ -~]{0,12}){0,4}") {
+            let mut s = server(2);
+            s.add_conn(9, None);
+            let _ = s.handle_line(9, line.as_bytes());
+            let _ = s.handle_line(0, line.as_bytes());
+        }
+
+        #[test]
+        fn unescape_never_panics(t in "\\PC{0,40}") {
+            let _ = unescape_message(&t);
+        }
+    }
+}
