@@ -114,12 +114,7 @@ impl Pmi {
             // some unrelated file as our PMI channel.
             match nix::sys::stat::fstat(fd) {
                 Ok(st) if (st.st_mode & libc::S_IFMT) == libc::S_IFSOCK => {}
-                _ => {
-                    return Err(fail(
-                        "init",
-                        format!("PMI_FD={fd} is not an open socket"),
-                    ))
-                }
+                _ => return Err(fail("init", format!("PMI_FD={fd} is not an open socket"))),
             }
             // SAFETY: the descriptor was handed to this process by its launcher
             // for PMI alone and was just checked to be an open socket; nothing
@@ -189,8 +184,12 @@ impl Pmi {
         )?;
         pmi.check_rc("init", &r)?;
         let r = pmi.call("get_maxes", Command::new("get_maxes"), "maxes")?;
-        pmi.keylen_max = r.require_int("keylen_max").map_err(|e| pmi.err("get_maxes", e.to_string()))? as usize;
-        pmi.vallen_max = r.require_int("vallen_max").map_err(|e| pmi.err("get_maxes", e.to_string()))? as usize;
+        pmi.keylen_max = r
+            .require_int("keylen_max")
+            .map_err(|e| pmi.err("get_maxes", e.to_string()))? as usize;
+        pmi.vallen_max = r
+            .require_int("vallen_max")
+            .map_err(|e| pmi.err("get_maxes", e.to_string()))? as usize;
         if pmi.keylen_max < 16 || pmi.vallen_max < 16 {
             return Err(pmi.err(
                 "get_maxes",
@@ -200,7 +199,11 @@ impl Pmi {
                 ),
             ));
         }
-        let r = pmi.call("get_my_kvsname", Command::new("get_my_kvsname"), "my_kvsname")?;
+        let r = pmi.call(
+            "get_my_kvsname",
+            Command::new("get_my_kvsname"),
+            "my_kvsname",
+        )?;
         pmi.kvsname = r
             .require("kvsname")
             .map_err(|e| pmi.err("get_my_kvsname", e.to_string()))?
@@ -228,13 +231,20 @@ impl Pmi {
         for _ in 0..3 {
             let s = self.recv("initack")?;
             if s.name != "set" {
-                return Err(self.err("initack", format!("expected cmd=set, got {:?}", s.to_line())));
+                return Err(self.err(
+                    "initack",
+                    format!("expected cmd=set, got {:?}", s.to_line()),
+                ));
             }
             if let Some(v) = s.get("size") {
-                self.size = v.parse().map_err(|_| self.err("initack", format!("bad size {v:?}")))?;
+                self.size = v
+                    .parse()
+                    .map_err(|_| self.err("initack", format!("bad size {v:?}")))?;
             }
             if let Some(v) = s.get("rank") {
-                self.rank = v.parse().map_err(|_| self.err("initack", format!("bad rank {v:?}")))?;
+                self.rank = v
+                    .parse()
+                    .map_err(|_| self.err("initack", format!("bad rank {v:?}")))?;
             }
         }
         Ok(())
@@ -246,7 +256,10 @@ impl Pmi {
             Some(text) => {
                 let blocks = mapping::parse_process_mapping(&text)
                     .map_err(|e| self.err("init", e.to_string()))?;
-                Some(NodeMap::from_blocks(&blocks, size).map_err(|e| self.err("init", e.to_string()))?)
+                Some(
+                    NodeMap::from_blocks(&blocks, size)
+                        .map_err(|e| self.err("init", e.to_string()))?,
+                )
             }
             None => None,
         };
@@ -359,10 +372,7 @@ impl Pmi {
         self.send(op, &cmd)?;
         let r = self.recv(op)?;
         if r.name != expect {
-            let detail = format!(
-                "expected cmd={expect}, got {:?}",
-                r.to_line().trim_end()
-            );
+            let detail = format!("expected cmd={expect}, got {:?}", r.to_line().trim_end());
             return Err(self.err(op, detail));
         }
         Ok(r)
@@ -384,13 +394,19 @@ impl Pmi {
         if !wire::is_wire_safe(key) || key.len() > self.keylen_max {
             return Err(self.err(
                 "put",
-                format!("key {key:?} is empty, too long (max {}) or has separators", self.keylen_max),
+                format!(
+                    "key {key:?} is empty, too long (max {}) or has separators",
+                    self.keylen_max
+                ),
             ));
         }
         if (!value.is_empty() && !wire::is_wire_safe(value)) || value.len() > self.vallen_max {
             return Err(self.err(
                 "put",
-                format!("value for {key:?} has separators or exceeds {} bytes", self.vallen_max),
+                format!(
+                    "value for {key:?} has separators or exceeds {} bytes",
+                    self.vallen_max
+                ),
             ));
         }
         if self.conn.is_none() {

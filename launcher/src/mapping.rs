@@ -175,9 +175,7 @@ impl NodeMap {
         let mut blocks: Vec<Block> = Vec::new();
         for (node, count) in runs {
             match blocks.last_mut() {
-                Some(b)
-                    if b.ranks_per_node == count && b.start_node + b.node_count == node =>
-                {
+                Some(b) if b.ranks_per_node == count && b.start_node + b.node_count == node => {
                     b.node_count += 1
                 }
                 _ => blocks.push(Block {
@@ -265,7 +263,12 @@ mod tests {
         let m = NodeMap::from_blocks(&b, 7).unwrap();
         assert_eq!(m.node_of(6), Some(2));
         assert_eq!(m.to_blocks(), b);
-        assert_eq!(parse_process_mapping(" ( vector, (0,1,4) ) ").unwrap().len(), 1);
+        assert_eq!(
+            parse_process_mapping(" ( vector, (0,1,4) ) ")
+                .unwrap()
+                .len(),
+            1
+        );
     }
 
     #[test]

@@ -165,11 +165,13 @@ impl PmiServer {
             }
             "initack" => {
                 let raw = cmd.require("pmiid").map_err(|e| e.to_string())?;
-                let r: usize = raw
-                    .parse()
-                    .ok()
-                    .filter(|&r| r < self.cfg.size)
-                    .ok_or_else(|| format!("pmiid {raw:?} is not a rank below {}", self.cfg.size))?;
+                let r: usize =
+                    raw.parse()
+                        .ok()
+                        .filter(|&r| r < self.cfg.size)
+                        .ok_or_else(|| {
+                            format!("pmiid {raw:?} is not a rank below {}", self.cfg.size)
+                        })?;
                 if self.conns.get(&id).and_then(|c| c.rank).is_some() {
                     return Err("initack on a connection that already has a rank".into());
                 }
@@ -231,7 +233,11 @@ impl PmiServer {
                     ));
                 }
                 self.kvs.insert(key.to_string(), value.to_string());
-                reply(Command::new("put_result").arg("rc", 0).arg("msg", "success"))
+                reply(
+                    Command::new("put_result")
+                        .arg("rc", 0)
+                        .arg("msg", "success"),
+                )
             }
             "get" => {
                 self.check_kvsname(cmd)?;
@@ -326,13 +332,16 @@ fn reply_name(request: &str) -> String {
 fn error_reply(name: &str, msg: &str) -> String {
     let msg: String = msg
         .chars()
-        .map(|c| if c.is_ascii_graphic() && c != '=' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_graphic() && c != '=' {
+                c
+            } else {
+                '_'
+            }
+        })
         .take(200)
         .collect();
-    Command::new(name)
-        .arg("rc", -1)
-        .arg("msg", msg)
-        .to_line()
+    Command::new(name).arg("rc", -1).arg("msg", msg).to_line()
 }
 
 /// Escapes free text for a PMI value (`%XX` for separators), as the client's

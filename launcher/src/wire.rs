@@ -98,8 +98,7 @@ impl Command {
 /// A value or key can travel on the wire only if it has no separator bytes.
 pub fn is_wire_safe(s: &str) -> bool {
     !s.is_empty()
-        && s
-            .bytes()
+        && s.bytes()
             .all(|b| b.is_ascii_graphic() && b != b'=' && b != b'\\')
 }
 
@@ -208,9 +207,7 @@ mod tests {
 
     #[test]
     fn round_trip() {
-        let c = Command::new("get_result")
-            .arg("rc", 0)
-            .arg("value", "abc");
+        let c = Command::new("get_result").arg("rc", 0).arg("value", "abc");
         assert_eq!(c.to_line(), "cmd=get_result rc=0 value=abc\n");
         assert_eq!(parse_line(c.to_line().as_bytes()).unwrap(), c);
     }
@@ -225,7 +222,10 @@ mod tests {
             parse_line(b"cmd=put novalue"),
             Err(WireError::BadToken(_))
         ));
-        assert!(matches!(parse_line(b"cmd=x =v"), Err(WireError::BadToken(_))));
+        assert!(matches!(
+            parse_line(b"cmd=x =v"),
+            Err(WireError::BadToken(_))
+        ));
         assert_eq!(parse_line(&[0xff, 0xfe]), Err(WireError::NotUtf8));
         let long = vec![b'a'; MAX_LINE + 1];
         assert!(matches!(parse_line(&long), Err(WireError::TooLong(_))));

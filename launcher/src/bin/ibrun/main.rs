@@ -1,1 +1,178 @@
-fn main() {}
+//! `ibrun`: starts the ranks of an ibcoll (or MPICH) job and serves PMI-1.
+
+mod cli;
+mod job;
+mod output;
+mod plan;
+mod proxy;
+mod spawn;
+
+use std::net::{IpAddr, SocketAddr, TcpListener, ToSocketAddrs, UdpSocket};
+
+use ibcoll_launcher::mapping::format_process_mapping;
+use ibcoll_launcher::server::{PmiServer, ServerConfig};
+
+use cli::Parsed;
+use job::Job;
+use output::OutputSink;
+use spawn::JobEnv;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let code = match cli::parse(&args) {
+        Ok(Parsed::Help) => {
+            print!("{}", cli::USAGE);
+            0
+        }
+        Ok(Parsed::Version) => {
+            println!("ibrun (ibcoll) {}", env!("CARGO_PKG_VERSION"));
+            0
+        }
+        Ok(Parsed::Proxy(rest)) => proxy::run(rest),
+        Ok(Parsed::Run(opts)) => match run(opts) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("ibrun: {e}");
+                2
+            }
+        },
+        Err(e) => {
+            eprintln!("ibrun: {e}");
+            2
+        }
+    };
+    std::process::exit(code);
+}
+
+fn new_job_id() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("j{}x{:x}", std::process::id(), nanos & 0xffffff)
+}
+
+/// The address remote hosts can reach us at: the source address the kernel
+/// would use towards the first remote host (a UDP connect sends nothing).
+fn pick_pmi_addr(explicit: Option<&str>, first_remote: Option<&str>) -> Result<IpAddr, String> {
+    if let Some(a) = explicit {
+        return a
+            .parse()
+            .map_err(|_| format!("--pmi-addr {a:?} is not an IP address"));
+    }
+    let Some(host) = first_remote else {
+        return Ok(IpAddr::from([127, 0, 0, 1]));
+    };
+    let target: SocketAddr = (host, 9)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve host {host:?}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("host {host:?} has no address"))?;
+    let bind: SocketAddr = if target.is_ipv4() {
+        "0.0.0.0:0".parse().expect("literal")
+    } else {
+        "[::]:0".parse().expect("literal")
+    };
+    let s = UdpSocket::bind(bind).map_err(|e| e.to_string())?;
+    s.connect(target)
+        .map_err(|e| format!("no route to host {host:?} ({target}): {e}; use --pmi-addr"))?;
+    Ok(s.local_addr().map_err(|e| e.to_string())?.ip())
+}
+
+fn run(opts: cli::Options) -> Result<i32, String> {
+    let signals =
+        job::block_signals().map_err(|e| format!("cannot set up signal handling: {e}"))?;
+    let slots = plan::place(&opts)?;
+    let size = slots.len();
+    let map = plan::node_map(&slots);
+    let job_id = new_job_id();
+
+    let local_over_tcp = std::env::var("IBRUN_PMI_TCP").is_ok_and(|v| v == "1");
+    let first_remote = slots.iter().find_map(|s| s.host.as_deref());
+    let listener = if first_remote.is_some() || local_over_tcp {
+        let ip = pick_pmi_addr(opts.pmi_addr.as_deref(), first_remote)?;
+        Some(
+            TcpListener::bind((ip, 0))
+                .map_err(|e| format!("cannot listen for PMI on {ip}: {e}"))?,
+        )
+    } else {
+        None
+    };
+    let pmi_port = match &listener {
+        Some(l) => Some(l.local_addr().map_err(|e| e.to_string())?.to_string()),
+        None => None,
+    };
+
+    let mut cfg = ServerConfig::new(&job_id, size);
+    cfg.preset.push((
+        "PMI_process_mapping".into(),
+        format_process_mapping(&map.to_blocks()),
+    ));
+    let server = PmiServer::new(cfg);
+
+    let exports = opts
+        .exports
+        .iter()
+        .filter_map(|(k, v)| match v {
+            Some(v) => Some((k.clone(), v.clone())),
+            None => std::env::var(k).ok().map(|v| (k.clone(), v)),
+        })
+        .collect();
+    let env = JobEnv {
+        job_id: job_id.clone(),
+        size,
+        num_nodes: map.num_nodes(),
+        exports,
+        pmi_port,
+        local_over_tcp,
+    };
+    let sink = OutputSink {
+        tag: opts.tag_output,
+    };
+    let mut job = Job::new(
+        server,
+        listener,
+        signals,
+        sink,
+        opts.verbose,
+        opts.kill_grace,
+        opts.timeout,
+    );
+    let local_host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "localhost".into());
+    let mut start_error = None;
+    for slot in slots {
+        let started = match &slot.host {
+            None => spawn::start_local(&slot, &env, &opts.program),
+            Some(h) => spawn::start_remote(&slot, h, &opts.rsh, &env, &opts.program),
+        };
+        match started {
+            Ok(s) => {
+                let host = slot.host.clone().unwrap_or_else(|| {
+                    if env.num_nodes > 1 {
+                        format!("{local_host}/node{}", slot.node)
+                    } else {
+                        local_host.clone()
+                    }
+                });
+                job.add_rank(slot, host, s.child, s.pmi);
+            }
+            Err(e) => {
+                let what = match &slot.host {
+                    None => opts.program[0].clone(),
+                    Some(h) => format!("{} on {h} via {:?}", opts.program[0], opts.rsh),
+                };
+                start_error = Some(format!("cannot start rank {} ({what}): {e}", slot.rank));
+                break;
+            }
+        }
+    }
+    if let Some(e) = start_error {
+        job.abort_start(&e);
+    }
+    let code = job.run();
+    proxy::cleanup_shm(&job_id);
+    Ok(code)
+}

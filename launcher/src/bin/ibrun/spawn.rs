@@ -1,0 +1,217 @@
+//! Starting one rank: locally with an inherited PMI socket, or on another
+//! host through the remote shell and ibrun's proxy.
+
+use std::ffi::OsString;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+
+use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+
+use crate::plan::RankSlot;
+
+/// Job-wide facts every rank's environment carries.
+pub struct JobEnv {
+    pub job_id: String,
+    pub size: usize,
+    pub num_nodes: usize,
+    pub exports: Vec<(String, String)>,
+    /// `host:port` of the TCP PMI server, when there is one.
+    pub pmi_port: Option<String>,
+    /// Local ranks also use TCP (a test of the PMI_PORT path).
+    pub local_over_tcp: bool,
+}
+
+/// A started rank: the child process and ibrun's end of its PMI socket.
+pub struct Started {
+    pub child: Child,
+    pub pmi: Option<OwnedFd>,
+}
+
+fn rank_vars(slot: &RankSlot, job: &JobEnv) -> Vec<(String, String)> {
+    let mut v = vec![
+        ("PMI_RANK".to_string(), slot.rank.to_string()),
+        ("PMI_SIZE".into(), job.size.to_string()),
+        ("IBCOLL_JOB_ID".into(), job.job_id.clone()),
+        ("IBCOLL_NODE_ID".into(), slot.node.to_string()),
+        ("IBCOLL_LOCAL_RANK".into(), slot.local_rank.to_string()),
+        ("IBCOLL_LOCAL_SIZE".into(), slot.local_size.to_string()),
+        ("IBCOLL_NUM_NODES".into(), job.num_nodes.to_string()),
+    ];
+    v.extend(job.exports.iter().cloned());
+    v
+}
+
+/// Runs in a forked child before exec: its own process group (so ibrun can
+/// signal all it starts), and none of the signals ibrun blocks for its
+/// signalfd stay blocked in the rank.
+pub fn child_setup() -> std::io::Result<()> {
+    // SAFETY: setpgid, sigemptyset and sigprocmask are async-signal-safe and
+    // operate on this (child) process and a local sigset only.
+    unsafe {
+        if libc::setpgid(0, 0) == -1 {
+            return Err(std::io::Error::last_os_error());
+        }
+        unblock_all_signals()
+    }
+}
+
+/// Clears the signal mask of the calling process.
+///
+/// # Safety
+/// Only async-signal-safe calls; callable between fork and exec.
+pub unsafe fn unblock_all_signals() -> std::io::Result<()> {
+    let mut set: libc::sigset_t = std::mem::zeroed();
+    libc::sigemptyset(&mut set);
+    if libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut()) == -1 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Starts a rank on this machine.
+pub fn start_local(slot: &RankSlot, job: &JobEnv, program: &[String]) -> std::io::Result<Started> {
+    let mut cmd = Command::new(&program[0]);
+    cmd.args(&program[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in rank_vars(slot, job) {
+        cmd.env(k, v);
+    }
+    let mut ours = None;
+    let tcp = job
+        .local_over_tcp
+        .then_some(job.pmi_port.as_ref())
+        .flatten();
+    if let Some(port) = tcp {
+        cmd.env("PMI_PORT", port)
+            .env("PMI_ID", slot.rank.to_string());
+        cmd.env_remove("PMI_FD");
+    } else {
+        let (parent, child_end) = socketpair(
+            AddressFamily::Unix,
+            SockType::Stream,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )?;
+        let fd = child_end.as_raw_fd();
+        cmd.env("PMI_FD", fd.to_string());
+        cmd.env_remove("PMI_PORT");
+        // SAFETY: the closure runs in the forked child before exec and only
+        // calls async-signal-safe functions (fcntl, setpgid) on a descriptor
+        // that stays open in the parent until spawn returns.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                child_setup()
+            });
+        }
+        let child = cmd.spawn()?;
+        drop(child_end);
+        ours = Some(parent);
+        return Ok(Started { child, pmi: ours });
+    }
+    // SAFETY: as above, setpgid is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(child_setup);
+    }
+    let child = cmd.spawn()?;
+    Ok(Started {
+        child,
+        pmi: ours.take(),
+    })
+}
+
+/// Quotes a word for a POSIX shell.
+pub fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./:=,+@%".contains(&b))
+    {
+        return s.to_string();
+    }
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// The command line the remote shell runs: ibrun's proxy with the rank's
+/// environment, in the same directory (HPC hosts share file systems).
+pub fn remote_command(
+    slot: &RankSlot,
+    job: &JobEnv,
+    program: &[String],
+) -> std::io::Result<String> {
+    let me = std::env::current_exe()?;
+    let cwd = std::env::current_dir()?;
+    let mut words = vec!["exec".to_string(), "env".to_string()];
+    let port = job.pmi_port.clone().unwrap_or_default();
+    let mut vars = rank_vars(slot, job);
+    vars.push(("PMI_PORT".into(), port));
+    vars.push(("PMI_ID".into(), slot.rank.to_string()));
+    for (k, v) in vars {
+        words.push(shell_quote(&format!("{k}={v}")));
+    }
+    words.push(shell_quote(&me.to_string_lossy()));
+    words.push("--proxy".into());
+    words.push("--".into());
+    let prog = if program[0].contains('/') && !program[0].starts_with('/') {
+        cwd.join(&program[0]).to_string_lossy().into_owned()
+    } else {
+        program[0].clone()
+    };
+    words.push(shell_quote(&prog));
+    words.extend(program[1..].iter().map(|a| shell_quote(a)));
+    Ok(format!(
+        "cd {} 2>/dev/null; {}",
+        shell_quote(&cwd.to_string_lossy()),
+        words.join(" ")
+    ))
+}
+
+/// Starts a rank on `host` through the remote shell.
+pub fn start_remote(
+    slot: &RankSlot,
+    host: &str,
+    rsh: &str,
+    job: &JobEnv,
+    program: &[String],
+) -> std::io::Result<Started> {
+    let line = remote_command(slot, job, program)?;
+    let mut rsh_words = rsh.split_whitespace().map(OsString::from);
+    let exe = rsh_words
+        .next()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty --rsh"))?;
+    let mut cmd = Command::new(exe);
+    cmd.args(rsh_words)
+        .arg(host)
+        .arg(line)
+        // The proxy ends its rank when this pipe closes, so a lost ibrun or
+        // a dropped ssh connection never leaves ranks behind.
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: setpgid is async-signal-safe; it runs in the child before exec.
+    unsafe {
+        cmd.pre_exec(child_setup);
+    }
+    Ok(Started {
+        child: cmd.spawn()?,
+        pmi: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        assert_eq!(shell_quote("abc"), "abc");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote(""), "''");
+        assert_eq!(shell_quote("A=1"), "A=1");
+    }
+}
