@@ -17,7 +17,11 @@ use std::time::Duration;
 use crate::codec;
 use crate::mapping::{self, NodeMap};
 use crate::server::escape_message;
+use crate::slurm::SlurmStep;
 use crate::wire::{self, Command, LineBuffer};
+
+/// The longest request line PMI-1 servers accept.
+const PMI_LINE_MAX: usize = 1024;
 
 /// How the client reached its process manager.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,6 +30,8 @@ pub enum InitMode {
     Fd,
     /// A TCP connection to `PMI_PORT`, identified by `PMI_ID`.
     Port,
+    /// Started by `srun --mpi=none`: rank 0 serves the key-value space.
+    Slurm,
     /// No process manager: rank 0 of 1.
     Singleton,
 }
@@ -91,6 +97,8 @@ pub struct Pmi {
     /// Singleton key-value space (and nothing else).
     local_kvs: HashMap<String, String>,
     finalized: bool,
+    /// Rank 0's key-value server under `srun --mpi=none`.
+    kvs_thread: Option<std::thread::JoinHandle<()>>,
 }
 
 fn env_usize(name: &str) -> Option<usize> {
@@ -105,6 +113,7 @@ impl Pmi {
             op,
             detail,
         };
+        let mut slurm = None;
         let (stream, mode) = if let Ok(fd) = env::var("PMI_FD") {
             let fd: RawFd = fd
                 .trim()
@@ -125,6 +134,11 @@ impl Pmi {
             let stream = connect_with_retry(&port)
                 .map_err(|e| fail("init", format!("cannot connect to PMI_PORT={port}: {e}")))?;
             (Some(Stream::Tcp(stream)), InitMode::Port)
+        } else if let Some(step) = SlurmStep::from_env().filter(|_| !forced_singleton()) {
+            let step = step.map_err(|e| fail("init", format!("in a Slurm step, but {e}")))?;
+            let (stream, thread) = slurm_connect(&step).map_err(|e| fail("init", e))?;
+            slurm = Some((step, thread));
+            (Some(Stream::Tcp(stream)), InitMode::Slurm)
         } else {
             (None, InitMode::Singleton)
         };
@@ -152,6 +166,7 @@ impl Pmi {
             },
             local_kvs: HashMap::new(),
             finalized: false,
+            kvs_thread: None,
         };
         match mode {
             InitMode::Singleton => {
@@ -167,6 +182,13 @@ impl Pmi {
                     .ok_or_else(|| fail("init", "PMI_PORT is set but PMI_ID is not".into()))?;
                 pmi.rank = id;
                 pmi.handshake_port(id)?;
+            }
+            InitMode::Slurm => {
+                if let Some((step, thread)) = slurm {
+                    pmi.rank = step.rank;
+                    pmi.size = step.size;
+                    pmi.kvs_thread = thread;
+                }
             }
         }
         if pmi.size == 0 || pmi.rank >= pmi.size {
@@ -456,7 +478,16 @@ impl Pmi {
                 ),
             ));
         }
-        let chunks = codec::chunk_texts(value, self.vallen_max);
+        // PMI-1 servers read requests into 1024-byte lines (MPICH's
+        // PMIU_MAXLINE; Slurm rejects longer ones), so the whole
+        // `cmd=put kvsname=.. key=.. value=..` line must fit, not just the value.
+        let overhead =
+            "cmd=put kvsname= key=~00000 value=\n".len() + self.kvsname.len() + key.len();
+        let per_value = self
+            .vallen_max
+            .min(PMI_LINE_MAX.saturating_sub(overhead))
+            .max(64);
+        let chunks = codec::chunk_texts(value, per_value);
         if chunks.len() <= 1 {
             let text = format!("{}{}", codec::TAG_INLINE, chunks.first().map_or("", |s| s));
             return self.put_raw(key, &text);
@@ -538,7 +569,13 @@ impl Pmi {
         }
         self.finalized = true;
         let r = self.call("finalize", Command::new("finalize"), "finalize_ack")?;
-        self.check_rc("finalize", &r)
+        self.check_rc("finalize", &r)?;
+        // Rank 0 hosts the key-value space under `srun --mpi=none`: it may
+        // only leave once every other rank is done with it.
+        if let Some(t) = self.kvs_thread.take() {
+            let _ = t.join();
+        }
+        Ok(())
     }
 
     pub fn rank(&self) -> usize {
@@ -593,6 +630,136 @@ impl Drop for Pmi {
         // exit for MPICH-style launchers; finalize so ibrun does not wait.
         let _ = self.finalize_inner();
     }
+}
+
+fn forced_singleton() -> bool {
+    env::var("IBCOLL_BOOTSTRAP").is_ok_and(|v| v == "singleton")
+}
+
+type KvsThread = Option<std::thread::JoinHandle<()>>;
+
+/// Finds (rank 0: starts) the step's key-value server and joins it.
+fn slurm_connect(step: &SlurmStep) -> Result<(TcpStream, KvsThread), String> {
+    use std::net::{TcpListener, ToSocketAddrs};
+    let ports = step.ports();
+    let timeout = env::var("IBCOLL_BOOTSTRAP_TIMEOUT")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|s| *s > 0.0 && *s < 1e6)
+        .unwrap_or(60.0);
+    let kvsname = step.kvsname();
+    let mut thread = None;
+    let mut targets: Vec<(String, u16)> = ports
+        .iter()
+        .map(|&p| (step.first_host.clone(), p))
+        .collect();
+    if step.rank == 0 {
+        let mut errors = Vec::new();
+        for &p in &ports {
+            match TcpListener::bind(("0.0.0.0", p)) {
+                Ok(l) => {
+                    let mut cfg = crate::server::ServerConfig::new(&kvsname, step.size);
+                    let tpn = env::var("SLURM_STEP_TASKS_PER_NODE").unwrap_or_default();
+                    if let Ok(counts) = mapping::parse_tasks_per_node(&tpn) {
+                        if counts.iter().sum::<usize>() == step.size {
+                            let m = NodeMap::from_counts(&counts);
+                            cfg.preset.push((
+                                "PMI_process_mapping".into(),
+                                mapping::format_process_mapping(&m.to_blocks()),
+                            ));
+                        }
+                    }
+                    thread = Some(
+                        crate::kvs_host::spawn(l, cfg)
+                            .map_err(|e| format!("cannot start the key-value server: {e}"))?,
+                    );
+                    targets = vec![("127.0.0.1".into(), p)];
+                    break;
+                }
+                Err(e) => errors.push(format!("{p}: {e}")),
+            }
+        }
+        if thread.is_none() {
+            return Err(format!(
+                "rank 0 of Slurm job {} step {} could not listen on any port ({})",
+                step.job_id,
+                step.step_id,
+                errors.join("; ")
+            ));
+        }
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs_f64(timeout);
+    let mut last = String::from("no attempt");
+    let mut pause = Duration::from_millis(10);
+    loop {
+        for (host, port) in &targets {
+            let addrs = match (host.as_str(), *port).to_socket_addrs() {
+                Ok(a) => a.collect::<Vec<_>>(),
+                Err(e) => {
+                    last = format!("cannot resolve {host}: {e}");
+                    continue;
+                }
+            };
+            for a in addrs {
+                match TcpStream::connect_timeout(&a, Duration::from_secs(2)) {
+                    Ok(s) => match initack(s, step.rank, &kvsname) {
+                        Ok(s) => return Ok((s, thread)),
+                        Err(e) => last = format!("{a}: {e}"),
+                    },
+                    Err(e) => last = format!("{a}: {e}"),
+                }
+            }
+        }
+        if std::time::Instant::now() >= deadline {
+            let tried: Vec<String> = targets.iter().map(|(h, p)| format!("{h}:{p}")).collect();
+            return Err(format!(
+                "no key-value server of Slurm job {} step {} answered within {timeout} s \
+                 (IBCOLL_BOOTSTRAP_TIMEOUT); tried {} (last error: {last})",
+                step.job_id,
+                step.step_id,
+                tried.join(", ")
+            ));
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(500));
+    }
+}
+
+/// PMI_PORT's handshake, naming the job so a stranger's server refuses us.
+fn initack(mut s: TcpStream, rank: usize, kvsname: &str) -> Result<TcpStream, String> {
+    let _ = s.set_nodelay(true);
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    let req = Command::new("initack")
+        .arg("pmiid", rank)
+        .arg("kvsname", kvsname);
+    s.write_all(req.to_line().as_bytes())
+        .map_err(|e| e.to_string())?;
+    let mut lines = LineBuffer::new();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    while got.len() < 4 {
+        match lines.next_line().map_err(|e| e.to_string())? {
+            Some(l) => {
+                let c = wire::parse_line(&l).map_err(|e| e.to_string())?;
+                if got.is_empty()
+                    && (c.name != "initack" || c.get("rc").is_some_and(|rc| rc != "0"))
+                {
+                    return Err(format!("refused: {}", c.to_line().trim_end()));
+                }
+                got.push(c);
+            }
+            None => {
+                let n = s.read(&mut buf).map_err(|e| e.to_string())?;
+                if n == 0 {
+                    return Err("connection closed during the handshake".into());
+                }
+                lines.extend(&buf[..n]);
+            }
+        }
+    }
+    s.set_read_timeout(None).map_err(|e| e.to_string())?;
+    Ok(s)
 }
 
 fn connect_with_retry(port: &str) -> std::io::Result<TcpStream> {

@@ -4,8 +4,10 @@
 
 pub mod client;
 pub mod codec;
+pub mod kvs_host;
 pub mod mapping;
 pub mod server;
+pub mod slurm;
 pub mod wire;
 
 pub use client::{InitMode, Placement, Pmi, PmiError};

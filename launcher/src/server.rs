@@ -10,6 +10,10 @@ use std::collections::{HashMap, HashSet};
 
 use crate::wire::{self, Command};
 
+/// PMI-1 servers (MPICH's, Slurm's) read 1024-byte lines; refusing longer
+/// puts here keeps clients tested under ibrun honest elsewhere.
+pub const PMI1_LINE_MAX: usize = 1024;
+
 /// Identifies one client connection inside the launcher.
 pub type ConnId = usize;
 
@@ -64,6 +68,7 @@ pub enum Action {
 #[derive(Debug, Default)]
 struct Conn {
     rank: Option<usize>,
+    finalized: bool,
 }
 
 /// The server state of one job.
@@ -74,6 +79,8 @@ pub struct PmiServer {
     conns: HashMap<ConnId, Conn>,
     ranks_seen: HashSet<usize>,
     in_barrier: Vec<ConnId>,
+    /// The first rank that left without finalizing.
+    lost: Option<usize>,
 }
 
 impl PmiServer {
@@ -85,6 +92,7 @@ impl PmiServer {
             conns: HashMap::new(),
             ranks_seen: HashSet::new(),
             in_barrier: Vec::new(),
+            lost: None,
         }
     }
 
@@ -94,19 +102,52 @@ impl PmiServer {
         if let Some(r) = rank {
             self.ranks_seen.insert(r);
         }
-        self.conns.insert(id, Conn { rank });
+        self.conns.insert(
+            id,
+            Conn {
+                rank,
+                finalized: false,
+            },
+        );
     }
 
-    /// Forgets a closed connection. A rank that leaves in the middle of a
-    /// barrier is dropped from it; the launcher ends the job on its exit.
-    pub fn remove_conn(&mut self, id: ConnId) {
-        self.conns.remove(&id);
-        self.in_barrier.retain(|&c| c != id);
+    /// Forgets a closed connection. A rank that leaves without finalizing
+    /// can never enter another barrier, so every barrier, present and future,
+    /// fails with an error naming it instead of waiting forever.
+    pub fn remove_conn(&mut self, id: ConnId) -> Vec<Action> {
+        let Some(c) = self.conns.remove(&id) else {
+            return Vec::new();
+        };
+        self.in_barrier.retain(|&w| w != id);
+        match c.rank {
+            Some(r) if !c.finalized && self.lost.is_none() => {
+                self.lost = Some(r);
+                let reply = error_reply(
+                    "barrier_out",
+                    &format!("rank {r} disconnected before finalize"),
+                );
+                let mut actions = vec![Action::Log(format!(
+                    "PMI: rank {r} disconnected before finalize"
+                ))];
+                actions.extend(
+                    self.in_barrier
+                        .drain(..)
+                        .map(|w| Action::Reply(w, reply.clone())),
+                );
+                actions
+            }
+            _ => Vec::new(),
+        }
     }
 
     /// The rank behind a connection, when known.
     pub fn rank_of(&self, id: ConnId) -> Option<usize> {
         self.conns.get(&id).and_then(|c| c.rank)
+    }
+
+    /// Whether the connection's rank has sent `finalize`.
+    pub fn is_finalized(&self, id: ConnId) -> bool {
+        self.conns.get(&id).is_some_and(|c| c.finalized)
     }
 
     /// Number of ranks currently waiting in the barrier.
@@ -126,7 +167,7 @@ impl PmiServer {
                 ]
             }
         };
-        match self.dispatch(id, &cmd) {
+        match self.dispatch(id, &cmd, line.len()) {
             Ok(actions) => actions,
             Err(msg) => vec![
                 Action::Log(format!("PMI: {who}: cmd={} rejected: {msg}", cmd.name)),
@@ -142,7 +183,12 @@ impl PmiServer {
         }
     }
 
-    fn dispatch(&mut self, id: ConnId, cmd: &Command) -> Result<Vec<Action>, String> {
+    fn dispatch(
+        &mut self,
+        id: ConnId,
+        cmd: &Command,
+        line_len: usize,
+    ) -> Result<Vec<Action>, String> {
         if cmd.multi {
             return Err(format!("mcmd={} (spawn) is not supported", cmd.name));
         }
@@ -164,6 +210,9 @@ impl PmiServer {
                 )
             }
             "initack" => {
+                // A client that knows which job it belongs to says so, so that
+                // it cannot join a stranger's server by mistake.
+                self.check_kvsname(cmd)?;
                 let raw = cmd.require("pmiid").map_err(|e| e.to_string())?;
                 let r: usize =
                     raw.parse()
@@ -216,6 +265,11 @@ impl PmiServer {
             ),
             "put" => {
                 self.check_kvsname(cmd)?;
+                if line_len > PMI1_LINE_MAX {
+                    return Err(format!(
+                        "put line of {line_len} bytes exceeds PMI-1's {PMI1_LINE_MAX}-byte lines"
+                    ));
+                }
                 let key = cmd.require("key").map_err(|e| e.to_string())?;
                 let value = cmd.require("value").map_err(|e| e.to_string())?;
                 if key.len() > self.cfg.keylen_max {
@@ -262,6 +316,9 @@ impl PmiServer {
                 if self.in_barrier.contains(&id) {
                     return Err("barrier_in twice without barrier_out".into());
                 }
+                if let Some(r) = self.lost {
+                    return Err(format!("rank {r} disconnected before finalize"));
+                }
                 self.in_barrier.push(id);
                 if self.in_barrier.len() < self.cfg.size {
                     return Ok(Vec::new());
@@ -278,8 +335,13 @@ impl PmiServer {
                     id,
                     Command::new("finalize_ack").arg("rc", 0).to_line(),
                 )];
-                if let Some(r) = self.rank_of(id) {
-                    actions.push(Action::Finalized(r));
+                if let Some(c) = self.conns.get_mut(&id) {
+                    if !c.finalized {
+                        c.finalized = true;
+                        if let Some(r) = c.rank {
+                            actions.push(Action::Finalized(r));
+                        }
+                    }
                 }
                 Ok(actions)
             }
@@ -468,6 +530,22 @@ mod tests {
             assert!(s.handle_line(r, b"cmd=barrier_in").is_empty());
         }
         assert_eq!(s.handle_line(2, b"cmd=barrier_in").len(), 3);
+    }
+
+    #[test]
+    fn lost_rank_fails_barriers() {
+        let mut s = server(3);
+        assert!(s.handle_line(0, b"cmd=barrier_in").is_empty());
+        let a = s.remove_conn(1);
+        assert!(a.iter().any(
+            |x| matches!(x, Action::Reply(0, t) if t.contains("rc=-1") && t.contains("rank_1"))
+        ));
+        assert!(reply_of(&s.handle_line(2, b"cmd=barrier_in")).contains("rc=-1"));
+        // A rank that finalized may leave freely.
+        let mut s = server(2);
+        s.handle_line(1, b"cmd=finalize");
+        assert!(s.remove_conn(1).is_empty());
+        assert!(s.handle_line(0, b"cmd=barrier_in").is_empty());
     }
 
     #[test]

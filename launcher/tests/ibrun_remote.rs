@@ -26,7 +26,8 @@ fn ip(args: &str) -> bool {
 
 impl Hosts {
     fn new(count: usize) -> Option<Hosts> {
-        if // SAFETY: geteuid has no preconditions.
+        if
+        // SAFETY: geteuid has no preconditions.
         unsafe { libc::geteuid() } != 0 || !require("ip") {
             eprintln!("skipping: needs root and iproute2 for network namespaces");
             if std::env::var("CI").is_ok() {
@@ -97,7 +98,9 @@ fn rsh() -> PathBuf {
 
 fn remote_cmd(h: &Hosts, n: usize) -> Command {
     let mut c = ibrun_cmd(&["-n", &n.to_string(), "--hosts", &h.addrs.join(",")]);
-    c.arg("--rsh").arg(rsh()).env("IBCOLL_TEST_NETNS", h.map_env());
+    c.arg("--rsh")
+        .arg(rsh())
+        .env("IBCOLL_TEST_NETNS", h.map_env());
     c
 }
 
@@ -106,7 +109,11 @@ fn ranks_on_two_remote_hosts() {
     let Some(h) = Hosts::new(2) else { return };
     let r = run(remote_cmd(&h, 4).arg(example("pmi_check")));
     assert_eq!(r.code, 0);
-    let mut lines: Vec<&str> = r.stdout.lines().filter(|l| l.contains("pmi_check ok")).collect();
+    let mut lines: Vec<&str> = r
+        .stdout
+        .lines()
+        .filter(|l| l.contains("pmi_check ok"))
+        .collect();
     lines.sort();
     assert_eq!(lines.len(), 4);
     for (rank, l) in lines.iter().enumerate() {
@@ -118,18 +125,30 @@ fn ranks_on_two_remote_hosts() {
         assert!(l.contains(&want), "{l} lacks {want}");
     }
     // The ranks really ran behind the veth interfaces.
-    let r = run(remote_cmd(&h, 2)
-        .arg("--tag-output")
-        .args(["sh", "-c", "ip -o -4 addr show | grep -o '10\\.251\\.[0-9]*\\.2' "]));
+    let r = run(remote_cmd(&h, 2).arg("--tag-output").args([
+        "sh",
+        "-c",
+        "ip -o -4 addr show | grep -o '10\\.251\\.[0-9]*\\.2' ",
+    ]));
     assert_eq!(r.code, 0);
-    assert!(r.stdout.contains(&format!("[0] {}", h.addrs[0])), "{}", r.stdout);
-    assert!(r.stdout.contains(&format!("[1] {}", h.addrs[1])), "{}", r.stdout);
+    assert!(
+        r.stdout.contains(&format!("[0] {}", h.addrs[0])),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains(&format!("[1] {}", h.addrs[1])),
+        "{}",
+        r.stdout
+    );
 }
 
 #[test]
 fn remote_rank_killed_is_named() {
     let Some(h) = Hosts::new(2) else { return };
-    let r = run(remote_cmd(&h, 2).arg(example("pmi_check")).arg("kill-rank1"));
+    let r = run(remote_cmd(&h, 2)
+        .arg(example("pmi_check"))
+        .arg("kill-rank1"));
     assert_eq!(r.code, 137);
     let l = r
         .stderr
@@ -146,14 +165,23 @@ fn remote_rank_killed_is_named() {
 #[test]
 fn remote_exit_status_and_unknown_host() {
     let Some(h) = Hosts::new(1) else { return };
-    let r = run(remote_cmd(&h, 2).arg(example("pmi_check")).arg("exit-rank1"));
+    let r = run(remote_cmd(&h, 2)
+        .arg(example("pmi_check"))
+        .arg("exit-rank1"));
     assert_eq!(r.code, 3);
     assert!(r.stderr.contains("exited with status 3"));
     // A host the remote shell cannot reach fails the job with its status.
-    let r = run(ibrun_cmd(&["-n", "1", "--hosts", "10.251.255.254", "--pmi-addr", "127.0.0.1"])
-        .arg("--rsh")
-        .arg(rsh())
-        .arg("true"));
+    let r = run(ibrun_cmd(&[
+        "-n",
+        "1",
+        "--hosts",
+        "10.251.255.254",
+        "--pmi-addr",
+        "127.0.0.1",
+    ])
+    .arg("--rsh")
+    .arg(rsh())
+    .arg("true"));
     assert_eq!(r.code, 255);
     assert!(r.stderr.contains("remote shell"), "{}", r.stderr);
 }

@@ -17,6 +17,9 @@ options:
   --hostfile F         hosts from a file: one per line, `host`, `host:slots`
                        or `host slots=N`; # starts a comment
   --rsh CMD            remote shell instead of `ssh` (run as CMD host command)
+  --launcher ssh|srun  how remote ranks start; inside a Slurm allocation
+                       (salloc/sbatch) the default is srun, and -n defaults
+                       to the allocation's task count
   --pmi-addr ADDR      address remote ranks use to reach ibrun's PMI server
                        (default: the local address that routes to the first host)
   --tag-output         prefix every output line with [rank]
@@ -43,6 +46,10 @@ pub struct Options {
     pub ppn: Option<usize>,
     pub hosts: Vec<Host>,
     pub rsh: String,
+    /// Start remote ranks with `srun` (inside a Slurm allocation).
+    pub srun: bool,
+    /// The hosts came from the Slurm allocation ibrun runs in.
+    pub in_allocation: bool,
     pub pmi_addr: Option<String>,
     pub tag_output: bool,
     pub exports: Vec<(String, Option<String>)>,
@@ -122,6 +129,8 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
         ppn: None,
         hosts: Vec::new(),
         rsh: "ssh".into(),
+        srun: false,
+        in_allocation: false,
         pmi_addr: None,
         tag_output: false,
         exports: Vec::new(),
@@ -178,6 +187,11 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
                 o.hosts = parse_hostfile(&text).map_err(|e| format!("hostfile {path}: {e}"))?;
             }
             "--rsh" | "--launcher-exec" => o.rsh = val(&mut i)?,
+            "--launcher" => match val(&mut i)?.as_str() {
+                "ssh" => o.srun = false,
+                "srun" | "slurm" => o.srun = true,
+                other => return Err(format!("--launcher {other:?}: expected ssh or srun")),
+            },
             "--pmi-addr" => o.pmi_addr = Some(val(&mut i)?),
             "--tag-output" | "-l" => o.tag_output = true,
             "-x" | "--export" => {
@@ -210,6 +224,22 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
     }
     if o.program.is_empty() {
         return Err("no program given (see ibrun --help)".into());
+    }
+    if o.hosts.is_empty() {
+        if let Some(alloc) = ibcoll_launcher::slurm::allocation() {
+            // Inside salloc/sbatch: the allocation says where ranks go, and
+            // srun is how they get there (as hydra's slurm launcher does).
+            let alloc = alloc.map_err(|e| format!("Slurm allocation: {e}"))?;
+            let np = o.np;
+            o.hosts = alloc
+                .into_iter()
+                .map(|(name, n)| Host {
+                    name,
+                    slots: if np.is_none() { Some(n) } else { None },
+                })
+                .collect();
+            o.in_allocation = true;
+        }
     }
     if o.np.is_none() {
         let slots: Option<usize> = o.hosts.iter().map(|h| h.slots).sum();

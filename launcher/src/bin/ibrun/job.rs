@@ -490,7 +490,8 @@ impl Job {
             self.apply(actions);
         }
         if closed {
-            self.server.remove_conn(id);
+            let actions = self.server.remove_conn(id);
+            self.apply(actions);
             self.conns.remove(&id);
         }
     }

@@ -146,7 +146,14 @@ fn run(opts: cli::Options) -> Result<i32, String> {
     for slot in slots {
         let started = match &slot.host {
             None => spawn::start_local(&slot, &env, &opts.program),
-            Some(h) => spawn::start_remote(&slot, h, &opts.rsh, &env, &opts.program),
+            Some(h) => spawn::start_remote(
+                &slot,
+                h,
+                &opts.rsh,
+                opts.srun || opts.in_allocation,
+                &env,
+                &opts.program,
+            ),
         };
         match started {
             Ok(s) => {
@@ -162,6 +169,9 @@ fn run(opts: cli::Options) -> Result<i32, String> {
             Err(e) => {
                 let what = match &slot.host {
                     None => opts.program[0].clone(),
+                    Some(h) if opts.srun || opts.in_allocation => {
+                        format!("{} on {h} via srun", opts.program[0])
+                    }
                     Some(h) => format!("{} on {h} via {:?}", opts.program[0], opts.rsh),
                 };
                 start_error = Some(format!("cannot start rank {} ({what}): {e}", slot.rank));

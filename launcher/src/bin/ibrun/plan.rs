@@ -88,7 +88,7 @@ pub fn place(o: &Options) -> Result<Vec<RankSlot>, String> {
         let h = o
             .hosts
             .iter()
-            .map(|h| (!is_local_host(&h.name)).then(|| h.name.clone()))
+            .map(|h| (o.srun || !is_local_host(&h.name)).then(|| h.name.clone()))
             .collect();
         (c, h)
     };

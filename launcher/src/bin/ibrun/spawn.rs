@@ -175,18 +175,30 @@ pub fn start_remote(
     slot: &RankSlot,
     host: &str,
     rsh: &str,
+    srun: bool,
     job: &JobEnv,
     program: &[String],
 ) -> std::io::Result<Started> {
     let line = remote_command(slot, job, program)?;
-    let mut rsh_words = rsh.split_whitespace().map(OsString::from);
-    let exe = rsh_words
-        .next()
-        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty --rsh"))?;
-    let mut cmd = Command::new(exe);
-    cmd.args(rsh_words)
-        .arg(host)
-        .arg(line)
+    let mut cmd = if srun {
+        // One single-task step per rank on the chosen node; --overlap lets
+        // the steps share the allocation's CPUs with each other.
+        let mut c = Command::new("srun");
+        c.args(["--mpi=none", "--overlap", "--quiet", "-N1", "-n1", "-w"])
+            .arg(host)
+            .args(["sh", "-c"])
+            .arg(line);
+        c
+    } else {
+        let mut rsh_words = rsh.split_whitespace().map(OsString::from);
+        let exe = rsh_words
+            .next()
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty --rsh"))?;
+        let mut c = Command::new(exe);
+        c.args(rsh_words).arg(host).arg(line);
+        c
+    };
+    cmd
         // The proxy ends its rank when this pipe closes, so a lost ibrun or
         // a dropped ssh connection never leaves ranks behind.
         .stdin(Stdio::piped())

@@ -1,0 +1,45 @@
+//! `ibcoll-rdma`: the verbs layer of ibcoll.
+//!
+//! * [`device`]: device list (empty, not an error, without kernel RDMA),
+//!   ports, GID tables with types, and the device/port/GID choice
+//!   ([`DeviceSelection`], env `IBCOLL_IB_DEVICE`, `IBCOLL_IB_PORT`,
+//!   `IBCOLL_IB_GID_INDEX`).
+//! * [`verbs`]: RAII wrappers — [`ProtectionDomain`], [`CompletionChannel`],
+//!   [`CompletionQueue`], [`MemoryRegion`], [`RegisteredBuffer`],
+//!   [`QueuePair`] (RC and UD), [`AddressHandle`]. Parents are held by `Arc`
+//!   so they outlive their children.
+//! * [`endpoint`]: [`RcEndpoint`] and its exchangeable [`QpInfo`].
+//! * [`eager`]: receive slot pools and credit accounting.
+//! * [`cache`] + [`mem`]: the registration cache and the release
+//!   notifications that keep it from ever serving a stale registration.
+//! * [`error`]: the crate's one error type.
+//!
+//! Posting work requests is `unsafe` (the device accesses memory after the
+//! call returns); inline sends are safe.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs, clippy::undocumented_unsafe_blocks)]
+
+pub mod cache;
+pub mod device;
+pub mod eager;
+pub mod endpoint;
+pub mod error;
+pub mod mem;
+mod sys;
+pub mod verbs;
+
+pub use cache::{CacheStats, RegCache, RegCacheConfig};
+pub use device::{
+    best_roce_gid, devices, format_gid_table, Context, DeviceAttr, DeviceInfo, DeviceSelection,
+    Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState, SelectedPort,
+};
+pub use eager::{Credits, RecvPool};
+pub use endpoint::{QpInfo, RcConfig, RcEndpoint};
+pub use error::{Ctx, Error, Result};
+pub use mem::TrackingAlloc;
+pub use verbs::{
+    status_str, Access, AddressHandle, AhAttr, CompletionChannel, CompletionQueue, Grh,
+    MemoryRegion, ProtectionDomain, QpCaps, QpType, QueuePair, RcConnectAttr, RegisteredBuffer,
+    RemoteBuf, SendFlags, SendOp, SendWr, Sge, UdDest, WcOpcode, WorkCompletion,
+};

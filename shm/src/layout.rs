@@ -1,0 +1,288 @@
+//! Where everything lives inside a node segment.
+//!
+//! ```text
+//! 0                 header (one page)
+//! doorbells_off     one Doorbell per local rank, 128 B apart
+//! pids_off          one i32 pid slot per local rank
+//! rings_off         one ring per ordered pair (i -> j, i != j)
+//! pipes_off         optionally one pipe per ordered pair
+//! extra_off         free area for collective fast paths
+//! total_len
+//! ```
+//!
+//! Every area starts on a page; rings, pipes and doorbells are 128-byte
+//! aligned (two cache lines, so the adjacent-line prefetcher cannot make
+//! neighbours share).
+
+use crate::doorbell::Doorbell;
+use crate::error::{Result, ShmError};
+use crate::{pipeline, ring};
+
+/// Cache-line size assumed throughout (x86-64 and most aarch64).
+pub const CACHE_LINE: usize = 64;
+
+/// Page size the layout aligns areas to.
+pub const PAGE: usize = 4096;
+
+/// Separation of independently written words: the adjacent-line
+/// prefetcher pulls 128-byte pairs of lines.
+pub(crate) const FALSE_SHARING_STRIDE: usize = 128;
+
+/// Suggested ring capacity in bytes (the engine's config may override it).
+pub const DEFAULT_RING_BYTES: usize = 64 * 1024;
+
+/// Every parameter of a node layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LayoutParams {
+    /// Number of ranks on the node.
+    pub local_size: usize,
+    /// Data capacity of each ring in bytes (power of two, at least
+    /// [`ring::MIN_CAPACITY`]).
+    pub ring_bytes: usize,
+    /// Slots per pipe; 0 for no pipe areas (CMA available).
+    pub pipe_slots: usize,
+    /// Bytes per pipe slot (multiple of 64); ignored when `pipe_slots` is 0.
+    pub pipe_chunk: usize,
+    /// Bytes of the free `extra` area (rounded up to a page).
+    pub extra_bytes: usize,
+}
+
+/// Offsets of every area of one node segment; identical on every rank that
+/// uses the same [`LayoutParams`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeLayout {
+    params: LayoutParams,
+    doorbells_off: usize,
+    pids_off: usize,
+    rings_off: usize,
+    ring_stride: usize,
+    pipes_off: usize,
+    pipe_stride: usize,
+    extra_off: usize,
+    extra_len: usize,
+    total_len: usize,
+}
+
+impl NodeLayout {
+    /// Layout with rings of `ring_bytes` each, no pipe areas and an
+    /// `extra_bytes` free area.
+    pub fn new(local_size: usize, ring_bytes: usize, extra_bytes: usize) -> Result<NodeLayout> {
+        Self::from_params(LayoutParams {
+            local_size,
+            ring_bytes,
+            pipe_slots: 0,
+            pipe_chunk: 0,
+            extra_bytes,
+        })
+    }
+
+    /// Layout from every parameter, including pipe areas.
+    pub fn from_params(p: LayoutParams) -> Result<NodeLayout> {
+        let invalid = |what: &str| ShmError::Invalid(format!("layout {p:?}: {what}"));
+        if p.local_size == 0 || p.local_size > u32::MAX as usize {
+            return Err(invalid("local_size must be in 1..=u32::MAX"));
+        }
+        ring::check_capacity(p.ring_bytes)?;
+        let n = p.local_size;
+        let pairs = n
+            .checked_mul(n - 1)
+            .ok_or_else(|| invalid("too many ranks"))?;
+        let mut end = PAGE;
+
+        let doorbells_off = end;
+        end = area_end(doorbells_off, n, std::mem::size_of::<Doorbell>())
+            .ok_or_else(|| invalid("overflow"))?;
+        let pids_off = end;
+        end =
+            area_end(pids_off, n, std::mem::size_of::<i32>()).ok_or_else(|| invalid("overflow"))?;
+
+        let ring_stride = align_up(ring::region_len(p.ring_bytes), FALSE_SHARING_STRIDE);
+        let rings_off = end;
+        end = area_end(rings_off, pairs, ring_stride).ok_or_else(|| invalid("overflow"))?;
+
+        let pipe_stride = if p.pipe_slots == 0 {
+            0
+        } else {
+            align_up(pipeline::region_len(p.pipe_slots, p.pipe_chunk)?, PAGE)
+        };
+        let pipes_off = end;
+        end = area_end(pipes_off, pairs, pipe_stride).ok_or_else(|| invalid("overflow"))?;
+
+        let extra_off = end;
+        let extra_len = p
+            .extra_bytes
+            .checked_add(PAGE - 1)
+            .map(|x| x & !(PAGE - 1))
+            .ok_or_else(|| invalid("overflow"))?;
+        let total_len = extra_off
+            .checked_add(extra_len)
+            .ok_or_else(|| invalid("overflow"))?;
+        Ok(NodeLayout {
+            params: p,
+            doorbells_off,
+            pids_off,
+            rings_off,
+            ring_stride,
+            pipes_off,
+            pipe_stride,
+            extra_off,
+            extra_len,
+            total_len,
+        })
+    }
+
+    /// The parameters this layout was made from.
+    pub fn params(&self) -> &LayoutParams {
+        &self.params
+    }
+
+    /// Number of local ranks.
+    pub fn local_size(&self) -> usize {
+        self.params.local_size
+    }
+
+    /// Data capacity of each ring.
+    pub fn ring_bytes(&self) -> usize {
+        self.params.ring_bytes
+    }
+
+    /// Size the segment must have.
+    pub fn total_len(&self) -> usize {
+        self.total_len
+    }
+
+    /// Offset of the segment header (always 0).
+    pub fn header_offset(&self) -> usize {
+        0
+    }
+
+    /// Offset of local rank `rank`'s doorbell.
+    pub fn doorbell_offset(&self, rank: usize) -> usize {
+        self.check_rank(rank);
+        self.doorbells_off + rank * std::mem::size_of::<Doorbell>()
+    }
+
+    /// Offset of local rank `rank`'s pid slot (an `i32`).
+    pub fn pid_offset(&self, rank: usize) -> usize {
+        self.check_rank(rank);
+        self.pids_off + rank * std::mem::size_of::<i32>()
+    }
+
+    /// Offset of the ring carrying records from local rank `from` to `to`;
+    /// its region is [`ring::region_len`]`(self.ring_bytes())` long.
+    ///
+    /// # Panics
+    /// If `from == to` or either is not a local rank.
+    pub fn ring_offset(&self, from: usize, to: usize) -> usize {
+        self.rings_off + self.pair_index(from, to) * self.ring_stride
+    }
+
+    /// Offset of the pipe area from `from` to `to`, or `None` if the layout
+    /// has no pipes.
+    ///
+    /// # Panics
+    /// If `from == to` or either is not a local rank.
+    pub fn pipe_offset(&self, from: usize, to: usize) -> Option<usize> {
+        let idx = self.pair_index(from, to);
+        (self.params.pipe_slots > 0).then(|| self.pipes_off + idx * self.pipe_stride)
+    }
+
+    /// Offset of the free `extra` area.
+    pub fn extra_offset(&self) -> usize {
+        self.extra_off
+    }
+
+    /// Length of the `extra` area (the requested size rounded up to a page).
+    pub fn extra_len(&self) -> usize {
+        self.extra_len
+    }
+
+    fn pair_index(&self, from: usize, to: usize) -> usize {
+        self.check_rank(from);
+        self.check_rank(to);
+        assert_ne!(from, to, "no ring from a rank to itself");
+        from * (self.params.local_size - 1) + to - usize::from(to > from)
+    }
+
+    fn check_rank(&self, rank: usize) {
+        assert!(
+            rank < self.params.local_size,
+            "local rank {rank} out of range (local_size {})",
+            self.params.local_size
+        );
+    }
+}
+
+fn align_up(x: usize, a: usize) -> usize {
+    (x + a - 1) & !(a - 1)
+}
+
+/// End of an area of `count` items of `stride` bytes at `off`, page aligned.
+fn area_end(off: usize, count: usize, stride: usize) -> Option<usize> {
+    let end = count.checked_mul(stride)?.checked_add(off)?;
+    end.checked_add(PAGE - 1).map(|e| e & !(PAGE - 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn areas_are_aligned_and_disjoint() {
+        let l = NodeLayout::from_params(LayoutParams {
+            local_size: 5,
+            ring_bytes: 4096,
+            pipe_slots: 2,
+            pipe_chunk: 8192,
+            extra_bytes: 100,
+        })
+        .unwrap();
+        let mut regions = vec![(0, PAGE)];
+        for r in 0..5 {
+            assert_eq!(l.doorbell_offset(r) % FALSE_SHARING_STRIDE, 0);
+            regions.push((l.doorbell_offset(r), std::mem::size_of::<Doorbell>()));
+            regions.push((l.pid_offset(r), 4));
+            for t in (0..5).filter(|&t| t != r) {
+                let ro = l.ring_offset(r, t);
+                assert_eq!(ro % FALSE_SHARING_STRIDE, 0);
+                regions.push((ro, ring::region_len(4096)));
+                let po = l.pipe_offset(r, t).unwrap();
+                assert_eq!(po % PAGE, 0);
+                regions.push((po, pipeline::region_len(2, 8192).unwrap()));
+            }
+        }
+        assert_eq!(l.extra_offset() % PAGE, 0);
+        assert_eq!(l.extra_len(), PAGE);
+        regions.push((l.extra_offset(), l.extra_len()));
+        regions.sort();
+        for w in regions.windows(2) {
+            assert!(w[0].0 + w[0].1 <= w[1].0, "overlap {w:?}");
+        }
+        let last = regions.last().unwrap();
+        assert!(last.0 + last.1 <= l.total_len());
+        assert_eq!(l.total_len() % PAGE, 0);
+    }
+
+    #[test]
+    fn single_rank_and_no_pipes() {
+        let l = NodeLayout::new(1, DEFAULT_RING_BYTES, 0).unwrap();
+        assert_eq!(l.extra_len(), 0);
+        assert!(l.total_len() >= PAGE);
+        let l = NodeLayout::new(2, DEFAULT_RING_BYTES, 0).unwrap();
+        assert_eq!(l.pipe_offset(0, 1), None);
+        assert_ne!(l.ring_offset(0, 1), l.ring_offset(1, 0));
+    }
+
+    #[test]
+    fn rejects_bad_params() {
+        assert!(NodeLayout::new(0, 4096, 0).is_err());
+        assert!(NodeLayout::new(2, 3000, 0).is_err());
+        assert!(NodeLayout::new(usize::MAX / 2, 4096, 0).is_err());
+    }
+
+    #[test]
+    #[should_panic(expected = "itself")]
+    fn no_self_ring() {
+        NodeLayout::new(2, 4096, 0).unwrap().ring_offset(1, 1);
+    }
+}

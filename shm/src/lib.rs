@@ -1,0 +1,34 @@
+//! Intra-node transport for ibcoll.
+//!
+//! The ranks of one job that share a node talk through one shared segment in
+//! `/dev/shm` ([`segment`], [`node`]), laid out by [`layout`]: a header, one
+//! single-producer/single-consumer record ring per ordered pair of local ranks
+//! ([`ring`]), one futex doorbell per rank for blocking waits ([`doorbell`]),
+//! one pid slot per rank, optional pipelined-copy areas ([`pipeline`]) and a
+//! free `extra` area for collective fast paths. Large messages move with one
+//! copy through `process_vm_readv`/`process_vm_writev` ([`cma`]) when the
+//! kernel permits it, and through the pipeline areas otherwise.
+//!
+//! Nothing here knows about ranks outside the node or about collectives.
+
+#![warn(missing_docs)]
+
+pub mod cma;
+pub mod doorbell;
+pub mod error;
+pub mod header;
+pub mod layout;
+pub mod node;
+pub mod pipeline;
+pub mod ring;
+pub mod segment;
+
+pub use cma::{allow_peer_access, cma_probe, cma_read, cma_write, pid_alive};
+pub use doorbell::{Doorbell, SleepOutcome, WaitPolicy, WaitStep, Waiter};
+pub use error::{Result, ShmError};
+pub use header::SegmentHeader;
+pub use layout::{LayoutParams, NodeLayout, CACHE_LINE, PAGE};
+pub use node::NodeSegment;
+pub use pipeline::{PipeReceiver, PipeSender};
+pub use ring::{RecordRef, RingConsumer, RingProducer};
+pub use segment::{cleanup_job, segment_name, Segment, SHM_DIR};

@@ -1,0 +1,170 @@
+//! A node segment: a [`Segment`] interpreted through a [`NodeLayout`].
+//!
+//! Typical bootstrap: local rank 0 calls [`NodeSegment::create`], publishes
+//! the name (PMI `put`), and all ranks fence; the others call
+//! [`NodeSegment::open`]. Every rank then publishes its pid. Once
+//! [`NodeSegment::all_attached`] holds, any rank may [`unlink`] the file so a
+//! crash leaves nothing behind in `/dev/shm`.
+//!
+//! [`unlink`]: NodeSegment::unlink
+
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use crate::doorbell::Doorbell;
+use crate::error::{Result, ShmError};
+use crate::header::SegmentHeader;
+use crate::layout::NodeLayout;
+use crate::pipeline::{PipeReceiver, PipeSender};
+use crate::ring::{RingConsumer, RingProducer};
+use crate::segment::Segment;
+
+/// A mapped node segment and its layout.
+#[derive(Debug)]
+pub struct NodeSegment {
+    seg: Segment,
+    layout: NodeLayout,
+}
+
+impl NodeSegment {
+    /// Creates segment `name` sized for `layout`, writes the header and
+    /// counts the creator as attached.
+    pub fn create(name: &str, layout: NodeLayout) -> Result<NodeSegment> {
+        let seg = Segment::create(name, layout.total_len())?;
+        let node = NodeSegment { seg, layout };
+        node.header().init(&layout);
+        node.header().attach();
+        Ok(node)
+    }
+
+    /// Opens segment `name`, checks it was built for `layout`, and counts
+    /// this rank as attached. The creator must have finished `create`.
+    pub fn open(name: &str, layout: NodeLayout) -> Result<NodeSegment> {
+        let seg = Segment::open(name, layout.total_len())?;
+        let node = NodeSegment { seg, layout };
+        node.header().validate(&layout, name)?;
+        node.header().attach();
+        Ok(node)
+    }
+
+    /// The layout in use.
+    pub fn layout(&self) -> &NodeLayout {
+        &self.layout
+    }
+
+    /// The underlying mapping.
+    pub fn segment(&self) -> &Segment {
+        &self.seg
+    }
+
+    /// The segment header.
+    pub fn header(&self) -> &SegmentHeader {
+        // SAFETY: offset 0 of a page-aligned mapping of at least one page,
+        // which lives as long as `self`.
+        unsafe { SegmentHeader::from_ptr(self.ptr(self.layout.header_offset())) }
+    }
+
+    /// True once every local rank has mapped the segment.
+    pub fn all_attached(&self) -> bool {
+        self.header().attached() as usize >= self.layout.local_size()
+    }
+
+    /// Removes the segment's file; the mappings stay valid.
+    pub fn unlink(&self) -> Result<()> {
+        Segment::unlink(self.seg.name())
+    }
+
+    /// Local rank `rank`'s doorbell.
+    pub fn doorbell(&self, rank: usize) -> &Doorbell {
+        // SAFETY: the layout puts doorbells 128-byte aligned inside the
+        // mapping (its size was checked against the layout), only ever
+        // accessed as `Doorbell`, and the mapping lives as long as `self`.
+        unsafe { Doorbell::from_ptr(self.ptr(self.layout.doorbell_offset(rank))) }
+    }
+
+    /// Local rank `rank`'s pid slot (0 until published).
+    pub fn pid_slot(&self, rank: usize) -> &AtomicI32 {
+        // SAFETY: an aligned i32 inside the mapping, only accessed
+        // atomically, living as long as `self`.
+        unsafe { &*(self.ptr(self.layout.pid_offset(rank)) as *const AtomicI32) }
+    }
+
+    /// Stores this process's pid in `rank`'s slot.
+    pub fn publish_pid(&self, rank: usize) {
+        self.pid_slot(rank)
+            .store(std::process::id() as i32, Ordering::Release);
+    }
+
+    /// The pid `rank` published, or 0 if it has not yet.
+    pub fn pid(&self, rank: usize) -> i32 {
+        self.pid_slot(rank).load(Ordering::Acquire)
+    }
+
+    /// Producer end of the ring `from -> to`.
+    ///
+    /// # Safety
+    /// Called only by rank `from`, with at most one live producer per ring,
+    /// and the handle is dropped before `self`.
+    pub unsafe fn ring_producer(&self, from: usize, to: usize) -> Result<RingProducer> {
+        let base = self.ptr(self.layout.ring_offset(from, to));
+        // SAFETY: the region lies inside the mapping and is a ring of this
+        // capacity from creation on; uniqueness and lifetime are the caller's.
+        unsafe { RingProducer::new(base, self.layout.ring_bytes()) }
+    }
+
+    /// Consumer end of the ring `from -> to`.
+    ///
+    /// # Safety
+    /// Called only by rank `to`, with at most one live consumer per ring,
+    /// and the handle is dropped before `self`.
+    pub unsafe fn ring_consumer(&self, from: usize, to: usize) -> Result<RingConsumer> {
+        let base = self.ptr(self.layout.ring_offset(from, to));
+        // SAFETY: as in `ring_producer`.
+        unsafe { RingConsumer::new(base, self.layout.ring_bytes()) }
+    }
+
+    /// Sending end of the pipe `from -> to`; fails if the layout has none.
+    ///
+    /// # Safety
+    /// Called only by rank `from`, with at most one live sender per pipe,
+    /// and the handle is dropped before `self`.
+    pub unsafe fn pipe_sender(&self, from: usize, to: usize) -> Result<PipeSender> {
+        let (base, slots, chunk) = self.pipe(from, to)?;
+        // SAFETY: the region lies inside the mapping, page aligned, zeroed
+        // at creation; uniqueness and lifetime are the caller's.
+        unsafe { PipeSender::new(base, slots, chunk) }
+    }
+
+    /// Receiving end of the pipe `from -> to`; fails if the layout has none.
+    ///
+    /// # Safety
+    /// Called only by rank `to`, with at most one live receiver per pipe,
+    /// and the handle is dropped before `self`.
+    pub unsafe fn pipe_receiver(&self, from: usize, to: usize) -> Result<PipeReceiver> {
+        let (base, slots, chunk) = self.pipe(from, to)?;
+        // SAFETY: as in `pipe_sender`.
+        unsafe { PipeReceiver::new(base, slots, chunk) }
+    }
+
+    /// Start of the free `extra` area ([`NodeLayout::extra_len`] bytes,
+    /// page aligned, zeroed at creation). Its use is up to the caller.
+    pub fn extra_ptr(&self) -> *mut u8 {
+        self.ptr(self.layout.extra_offset())
+    }
+
+    fn pipe(&self, from: usize, to: usize) -> Result<(*mut u8, usize, usize)> {
+        let off = self.layout.pipe_offset(from, to).ok_or_else(|| {
+            ShmError::Invalid(format!(
+                "segment {} has no pipe areas (pipe_slots = 0)",
+                self.seg.name()
+            ))
+        })?;
+        let p = self.layout.params();
+        Ok((self.ptr(off), p.pipe_slots, p.pipe_chunk))
+    }
+
+    fn ptr(&self, off: usize) -> *mut u8 {
+        debug_assert!(off < self.seg.len());
+        // SAFETY: layout offsets are below total_len, the mapping's length.
+        unsafe { self.seg.as_ptr().add(off) }
+    }
+}
