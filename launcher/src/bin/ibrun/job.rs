@@ -490,6 +490,23 @@ impl Job {
             self.apply(actions);
         }
         if closed {
+            // A rank's PMI socket closes because the rank is dying. Report
+            // that death before the server tells the others their barrier
+            // failed, or their error exits would be blamed instead.
+            if let Some(r) = self
+                .server
+                .rank_of(id)
+                .filter(|&r| !self.ranks[r].finalized)
+            {
+                let until = Instant::now() + Duration::from_secs(1);
+                while Instant::now() < until {
+                    if matches!(self.ranks[r].child.try_wait(), Ok(Some(_)) | Err(_)) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                self.reap();
+            }
             let actions = self.server.remove_conn(id);
             self.apply(actions);
             self.conns.remove(&id);
