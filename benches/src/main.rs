@@ -1,0 +1,267 @@
+//! `ibcoll-bench`: OSU-style micro-benchmarks over ibcoll's public API.
+//!
+//! ```text
+//! ibrun -n 2 ibcoll-bench latency|bw|bibw [-m MIN:MAX] [-i ITERS] [-x WARMUP] [-W WINDOW]
+//! ```
+//! Output follows the OSU micro-benchmarks (`# Size  Avg Latency(us)`,
+//! bandwidth in MB/s with 1 MB = 10^6 bytes), so tables from ibcoll, Open MPI
+//! and MPICH (benches/mpi/osu_p2p.c) can be compared line by line.
+//! Benchmarks are entries of [`BENCHES`]; collectives will be added there as
+//! `ibcoll-bench <collective>`.
+
+use std::process::exit;
+use std::time::Instant;
+
+use ibcoll::Comm;
+
+/// Options shared by every benchmark.
+#[derive(Debug, Clone)]
+struct Opts {
+    min: usize,
+    max: usize,
+    iters: Option<usize>,
+    warmup: Option<usize>,
+    window: usize,
+}
+
+type BenchFn = fn(&Comm, &Opts) -> ibcoll::Result<()>;
+
+/// Name, title line, function.
+const BENCHES: &[(&str, &str, BenchFn)] = &[
+    ("latency", "Latency Test", latency),
+    ("bw", "Bandwidth Test", bw),
+    ("bibw", "Bi-Directional Bandwidth Test", bibw),
+];
+
+const USAGE: &str =
+    "usage: ibcoll-bench <latency|bw|bibw> [-m MIN:MAX] [-i ITERS] [-x WARMUP] [-W WINDOW]";
+
+fn parse_size(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let (d, m) = match s.chars().last()? {
+        'k' | 'K' => (&s[..s.len() - 1], 1 << 10),
+        'm' | 'M' => (&s[..s.len() - 1], 1 << 20),
+        'g' | 'G' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    d.parse::<usize>().ok()?.checked_mul(m)
+}
+
+fn parse_opts(args: &[String]) -> Result<Opts, String> {
+    let mut o = Opts {
+        min: 0,
+        max: 4 << 20,
+        iters: None,
+        warmup: None,
+        window: 64,
+    };
+    let mut i = 0;
+    while i < args.len() {
+        let flag = args[i].as_str();
+        let val = args
+            .get(i + 1)
+            .ok_or_else(|| format!("{flag} needs a value"))?;
+        match flag {
+            "-m" => {
+                let (a, b) = match val.split_once(':') {
+                    Some((a, b)) => (a, b),
+                    None => ("0", val.as_str()),
+                };
+                o.min = if a.is_empty() {
+                    0
+                } else {
+                    parse_size(a).ok_or("bad -m")?
+                };
+                o.max = parse_size(b).ok_or("bad -m")?;
+            }
+            "-i" => o.iters = Some(val.parse().map_err(|_| "bad -i")?),
+            "-x" => o.warmup = Some(val.parse().map_err(|_| "bad -x")?),
+            "-W" => o.window = val.parse::<usize>().map_err(|_| "bad -W")?.max(1),
+            _ => return Err(format!("unknown option {flag}")),
+        }
+        i += 2;
+    }
+    if o.min > o.max {
+        return Err("-m MIN:MAX needs MIN <= MAX".into());
+    }
+    Ok(o)
+}
+
+/// 0, then powers of two from max(1, min) up to max.
+fn sizes(o: &Opts) -> Vec<usize> {
+    let mut v = Vec::new();
+    if o.min == 0 {
+        v.push(0);
+    }
+    let mut s = o.min.max(1).next_power_of_two();
+    while s <= o.max {
+        v.push(s);
+        s *= 2;
+    }
+    v
+}
+
+/// OSU's iteration counts: more for small messages.
+fn iters_for(o: &Opts, size: usize, small: usize, large: usize) -> (usize, usize) {
+    let big = size > 8192;
+    let iters = o.iters.unwrap_or(if big { large } else { small });
+    let warm = o.warmup.unwrap_or(if big { 10 } else { 100 });
+    (iters.max(1), warm)
+}
+
+fn latency(c: &Comm, o: &Opts) -> ibcoll::Result<()> {
+    let me = c.rank();
+    let mut sbuf = vec![b'a'; o.max];
+    let mut rbuf = vec![b'b'; o.max];
+    if me == 0 {
+        println!("# Size       Avg Latency(us)");
+    }
+    for size in sizes(o) {
+        let (iters, warm) = iters_for(o, size, 10_000, 1_000);
+        c.barrier()?;
+        let mut t0 = Instant::now();
+        for i in 0..iters + warm {
+            if i == warm {
+                t0 = Instant::now();
+            }
+            if me == 0 {
+                c.send(&sbuf[..size], 1, 1)?;
+                c.recv(&mut rbuf[..size], 1, 1)?;
+            } else if me == 1 {
+                c.recv(&mut rbuf[..size], 0, 1)?;
+                c.send(&sbuf[..size], 0, 1)?;
+            }
+        }
+        let us = t0.elapsed().as_secs_f64() * 1e6 / (2.0 * iters as f64);
+        if me == 0 {
+            println!("{size:<12}{us:>18.2}");
+        }
+        sbuf[0] = sbuf[0].wrapping_add(1);
+    }
+    Ok(())
+}
+
+fn bw_common(c: &Comm, o: &Opts, bidir: bool) -> ibcoll::Result<()> {
+    let me = c.rank();
+    let w = o.window;
+    let sbufs = vec![vec![b'a'; o.max]; w];
+    let mut rbufs = vec![vec![b'b'; o.max]; w];
+    let mut ack = [0u8; 4];
+    if me == 0 {
+        println!("# Size      Bandwidth (MB/s)");
+    }
+    for size in sizes(o).into_iter().filter(|&s| s > 0) {
+        let (iters, warm) = iters_for(o, size, 1_000, 100);
+        let warm = warm.min(iters);
+        c.barrier()?;
+        let mut t0 = Instant::now();
+        for i in 0..iters + warm {
+            if i == warm {
+                t0 = Instant::now();
+            }
+            if me == 0 {
+                let mut reqs = Vec::with_capacity(2 * w);
+                if bidir {
+                    for b in rbufs.iter_mut() {
+                        reqs.push(c.irecv(&mut b[..size], 1, 10)?);
+                    }
+                }
+                for b in &sbufs {
+                    reqs.push(c.isend(&b[..size], 1, 10)?);
+                }
+                ibcoll::wait_all(reqs)?;
+                c.recv(&mut ack, 1, 11)?;
+            } else if me == 1 {
+                let mut reqs = Vec::with_capacity(2 * w);
+                for b in rbufs.iter_mut() {
+                    reqs.push(c.irecv(&mut b[..size], 0, 10)?);
+                }
+                if bidir {
+                    for b in &sbufs {
+                        reqs.push(c.isend(&b[..size], 0, 10)?);
+                    }
+                }
+                ibcoll::wait_all(reqs)?;
+                c.send(&ack, 0, 11)?;
+            }
+        }
+        let secs = t0.elapsed().as_secs_f64();
+        let bytes = (size * w * iters) as f64 * if bidir { 2.0 } else { 1.0 };
+        if me == 0 {
+            println!("{size:<12}{:>18.2}", bytes / 1e6 / secs);
+        }
+    }
+    Ok(())
+}
+
+fn bw(c: &Comm, o: &Opts) -> ibcoll::Result<()> {
+    bw_common(c, o, false)
+}
+
+fn bibw(c: &Comm, o: &Opts) -> ibcoll::Result<()> {
+    bw_common(c, o, true)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(name) = args.first() else {
+        eprintln!("{USAGE}");
+        exit(2);
+    };
+    let Some(&(_, title, f)) = BENCHES.iter().find(|(n, _, _)| n == name) else {
+        eprintln!("unknown benchmark {name:?}\n{USAGE}");
+        exit(2);
+    };
+    let opts = match parse_opts(&args[1..]) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("{e}\n{USAGE}");
+            exit(2);
+        }
+    };
+    let c = match ibcoll::init() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("ibcoll-bench: init failed: {e}");
+            exit(1);
+        }
+    };
+    if c.size() < 2 {
+        eprintln!("ibcoll-bench {name} needs at least 2 ranks");
+        exit(2);
+    }
+    if c.rank() == 0 {
+        println!("# ibcoll {title} v{}", ibcoll::VERSION);
+        println!(
+            "# ranks {} ({} to rank 1, eager limit {} B)",
+            c.size(),
+            c.transport_to(1).unwrap_or("?"),
+            c.eager_limit_to(1).unwrap_or(0)
+        );
+    }
+    if let Err(e) = f(&c, &opts) {
+        eprintln!("ibcoll-bench {name}: {e}");
+        exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_and_sizes() {
+        let a: Vec<String> = ["-m", "4:64", "-i", "5"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let o = parse_opts(&a).unwrap();
+        assert_eq!(sizes(&o), vec![4, 8, 16, 32, 64]);
+        assert_eq!(o.iters, Some(5));
+        let o = parse_opts(&["-m".into(), "1k".into()]).unwrap();
+        assert_eq!(sizes(&o).last(), Some(&1024));
+        assert_eq!(sizes(&o)[0], 0);
+        assert!(parse_opts(&["-m".into()]).is_err());
+        assert!(parse_opts(&["-q".into(), "1".into()]).is_err());
+    }
+}

@@ -1,0 +1,61 @@
+//! Rank 1 dies (SIGKILL) in the middle of talking to rank 0; rank 0 must
+//! get an error from its pending receive, not hang. Rank 0 prints
+//! `survivor: got expected error: ...` and exits 0, or exits 3.
+//!
+//! Rank 1 first sends a small message, then starts a large rendezvous send
+//! (whose data rank 0 never takes), then kills itself. Rank 0 receives the
+//! small message and then waits for a message rank 1 never sends.
+
+fn main() {
+    let c = ibcoll::init().unwrap_or_else(|e| {
+        eprintln!("init failed: {e}");
+        std::process::exit(2)
+    });
+    if c.size() < 2 {
+        eprintln!("peer_death needs 2 ranks");
+        std::process::exit(2);
+    }
+    match c.rank() {
+        1 => {
+            c.send(&[1u8; 16], 0, 0).expect("send");
+            let big = vec![7u8; 16 << 20];
+            let _pending = c.isend(&big, 0, 1).expect("isend");
+            // SAFETY: getpid has no preconditions; SIGKILL ends us here.
+            unsafe {
+                libc::kill(libc::getpid(), libc::SIGKILL);
+            }
+            unreachable!("SIGKILL returned");
+        }
+        0 => {
+            let mut b = [0u8; 16];
+            c.recv(&mut b, 1, 0).expect("first message");
+            let mut never = [0u8; 8];
+            let t = std::time::Instant::now();
+            match c.recv(&mut never, 1, 2) {
+                Err(e) if e.is_peer_lost() && e.peer() == Some(1) => {
+                    println!(
+                        "survivor: got expected error after {:.2} s: {e}",
+                        t.elapsed().as_secs_f64()
+                    );
+                }
+                other => {
+                    eprintln!("survivor: expected PeerLost from rank 1, got {other:?}");
+                    std::process::exit(3);
+                }
+            }
+            // The job goes on without rank 1: talking to ourselves works.
+            c.send(&[5u8], 0, 9).expect("self send");
+            let mut x = [0u8];
+            c.recv(&mut x, 0, 9).expect("self recv");
+            // Sending to the dead rank is an error too, not a hang.
+            match c.send(&[0u8; 100_000], 1, 3) {
+                Err(e) => println!("survivor: send to dead rank: {e}"),
+                Ok(()) => {
+                    eprintln!("survivor: send to the dead rank succeeded");
+                    std::process::exit(3);
+                }
+            }
+        }
+        _ => {}
+    }
+}

@@ -1,0 +1,261 @@
+//! The configuration registry: every `IBCOLL_*` variable, its default and a
+//! one-line doc, and the typed [`Config`] read from the environment.
+//!
+//! Every tunable lives in [`REGISTRY`]; `ibcoll-info` prints it. A value
+//! that does not parse is an [`Error::Config`], never a silent default.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// One registered variable.
+#[derive(Debug, Clone, Copy)]
+pub struct Entry {
+    pub name: &'static str,
+    pub default: &'static str,
+    pub doc: &'static str,
+}
+
+const fn e(name: &'static str, default: &'static str, doc: &'static str) -> Entry {
+    Entry { name, default, doc }
+}
+
+/// Every variable ibcoll reads (or that ibrun sets for it).
+pub const REGISTRY: &[Entry] = &[
+    e("IBCOLL_TRANSPORT", "auto", "channels to use: auto (shm on a node, tcp between nodes) or tcp (tcp everywhere, for testing)"),
+    e("IBCOLL_EAGER_LIMIT", "4096", "shm: largest message (bytes) sent eagerly through the ring; larger ones use rendezvous (single copy)"),
+    e("IBCOLL_TCP_EAGER_LIMIT", "65536", "tcp: largest message (bytes) sent eagerly; larger ones use rendezvous (streamed into the user buffer)"),
+    e("IBCOLL_SHM_RING_BYTES", "65536", "capacity of each shm ring (power of two, at least 2 * (eager limit + 64))"),
+    e("IBCOLL_SHM_PIPE_SLOTS", "4", "slots per pipelined-copy area (used when CMA is unavailable)"),
+    e("IBCOLL_SHM_PIPE_CHUNK", "65536", "bytes per pipelined-copy slot (multiple of 64)"),
+    e("IBCOLL_CMA", "auto", "single-copy transfers by process_vm_readv: auto (probe), on, off (always pipelined copy)"),
+    e("IBCOLL_SPIN", "auto", "busy-poll iterations before yielding (auto: 2000, or 20 when the node is oversubscribed)"),
+    e("IBCOLL_YIELD", "auto", "sched_yield calls before blocking (auto: 200, or 2000 when the node is oversubscribed)"),
+    e("IBCOLL_BLOCK_MS", "100", "longest single block on the doorbell or in poll(2) before re-checking peers (ms)"),
+    e("IBCOLL_MIXED_WAIT_US", "200", "with both shm and tcp peers: longest doorbell block before polling the sockets again (us)"),
+    e("IBCOLL_PEER_TIMEOUT_MS", "10000", "bound on noticing a lost peer: tcp keepalive/user timeout (ms); local peers are checked every IBCOLL_BLOCK_MS"),
+    e("IBCOLL_TCP_HOST", "auto", "address peers use to reach this rank's tcp listener (auto: 127.0.0.1 on a single host, else the hostname)"),
+    e("IBCOLL_TCP_BUF_BYTES", "4194304", "SO_SNDBUF/SO_RCVBUF for tcp channels (0 leaves the kernel default)"),
+    e("IBCOLL_NODE_ID", "(set by ibrun)", "this rank's node (virtual nodes under ibrun --nodes)"),
+    e("IBCOLL_LOCAL_RANK", "(set by ibrun)", "this rank's index on its node"),
+    e("IBCOLL_LOCAL_SIZE", "(set by ibrun)", "number of ranks on this rank's node"),
+    e("IBCOLL_NUM_NODES", "(set by ibrun)", "number of nodes in the job"),
+    e("IBCOLL_JOB_ID", "(set by ibrun)", "job name, unique on the machine while the job runs (names shm segments)"),
+];
+
+/// Which channels the engine may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransportMode {
+    /// shm on a node, tcp between nodes.
+    Auto,
+    /// tcp between every pair of distinct ranks.
+    Tcp,
+}
+
+/// Whether to use process_vm_readv.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmaMode {
+    Auto,
+    On,
+    Off,
+}
+
+/// The typed configuration of one process.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub transport: TransportMode,
+    pub eager_limit: usize,
+    pub tcp_eager_limit: usize,
+    pub ring_bytes: usize,
+    pub pipe_slots: usize,
+    pub pipe_chunk: usize,
+    pub cma: CmaMode,
+    /// `None` = auto.
+    pub spins: Option<u32>,
+    pub yields: Option<u32>,
+    pub block: Duration,
+    pub mixed_wait: Duration,
+    pub peer_timeout: Duration,
+    pub tcp_host: Option<String>,
+    pub tcp_buf_bytes: usize,
+}
+
+/// Looks up a variable's raw value (environment, else registered default).
+pub fn raw(name: &str) -> String {
+    if let Ok(v) = std::env::var(name) {
+        return v;
+    }
+    REGISTRY
+        .iter()
+        .find(|e| e.name == name)
+        .map(|e| e.default.to_string())
+        .unwrap_or_default()
+}
+
+fn bad(var: &'static str, value: &str, detail: impl Into<String>) -> Error {
+    Error::Config {
+        var,
+        value: value.to_string(),
+        detail: detail.into(),
+    }
+}
+
+fn num(var: &'static str) -> Result<u64> {
+    let v = raw(var);
+    parse_size(&v).ok_or_else(|| {
+        bad(
+            var,
+            &v,
+            "expected a non-negative integer (suffixes k, m, g allowed)",
+        )
+    })
+}
+
+fn opt_num(var: &'static str) -> Result<Option<u32>> {
+    let v = raw(var);
+    if v.trim().eq_ignore_ascii_case("auto") {
+        return Ok(None);
+    }
+    let n =
+        parse_size(&v).ok_or_else(|| bad(var, &v, "expected auto or a non-negative integer"))?;
+    u32::try_from(n)
+        .map(Some)
+        .map_err(|_| bad(var, &v, "too large"))
+}
+
+/// Parses `123`, `4k`, `1m`, `2g` (binary multiples).
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (digits, mult) = match s.char_indices().last()? {
+        (i, 'k' | 'K') => (&s[..i], 1u64 << 10),
+        (i, 'm' | 'M') => (&s[..i], 1 << 20),
+        (i, 'g' | 'G') => (&s[..i], 1 << 30),
+        _ => (s, 1),
+    };
+    digits.trim().parse::<u64>().ok()?.checked_mul(mult)
+}
+
+impl Config {
+    /// Reads every variable; fails on the first value that does not parse
+    /// or that contradicts another.
+    pub fn from_env() -> Result<Config> {
+        let t = raw("IBCOLL_TRANSPORT");
+        let transport = match t.trim().to_ascii_lowercase().as_str() {
+            "auto" | "" => TransportMode::Auto,
+            "tcp" => TransportMode::Tcp,
+            _ => return Err(bad("IBCOLL_TRANSPORT", &t, "expected auto or tcp")),
+        };
+        let c = raw("IBCOLL_CMA");
+        let cma = match c.trim().to_ascii_lowercase().as_str() {
+            "auto" | "" => CmaMode::Auto,
+            "on" | "1" | "yes" => CmaMode::On,
+            "off" | "0" | "no" => CmaMode::Off,
+            _ => return Err(bad("IBCOLL_CMA", &c, "expected auto, on or off")),
+        };
+        let to_usize = |var: &'static str, max: u64| -> Result<usize> {
+            let n = num(var)?;
+            if n > max {
+                return Err(bad(var, &raw(var), format!("must be at most {max}")));
+            }
+            Ok(n as usize)
+        };
+        let eager_limit = to_usize("IBCOLL_EAGER_LIMIT", 1 << 30)?;
+        let tcp_eager_limit = to_usize("IBCOLL_TCP_EAGER_LIMIT", 1 << 30)?;
+        let ring_bytes = to_usize("IBCOLL_SHM_RING_BYTES", 1 << 31)?;
+        if ibcoll_shm::ring::check_capacity(ring_bytes).is_err() {
+            return Err(bad(
+                "IBCOLL_SHM_RING_BYTES",
+                &raw("IBCOLL_SHM_RING_BYTES"),
+                "must be a power of two between 1024 and 2^31",
+            ));
+        }
+        let max_rec = ibcoll_shm::ring::max_record_for(ring_bytes);
+        if eager_limit + crate::transport::header::HEADER_LEN > max_rec {
+            return Err(bad(
+                "IBCOLL_EAGER_LIMIT",
+                &raw("IBCOLL_EAGER_LIMIT"),
+                format!(
+                    "an eager message plus its header must fit in one ring record ({max_rec} bytes with IBCOLL_SHM_RING_BYTES={ring_bytes})"
+                ),
+            ));
+        }
+        let pipe_slots = to_usize("IBCOLL_SHM_PIPE_SLOTS", 1024)?;
+        let pipe_chunk = to_usize("IBCOLL_SHM_PIPE_CHUNK", u32::MAX as u64)?;
+        if pipe_slots == 0 || pipe_chunk == 0 || pipe_chunk % 64 != 0 {
+            return Err(bad(
+                "IBCOLL_SHM_PIPE_CHUNK",
+                &raw("IBCOLL_SHM_PIPE_CHUNK"),
+                "pipe slots must be >= 1 and the chunk a positive multiple of 64",
+            ));
+        }
+        let ms = |var: &'static str| -> Result<Duration> {
+            let n = num(var)?;
+            if n == 0 {
+                return Err(bad(var, &raw(var), "must be positive"));
+            }
+            Ok(Duration::from_millis(n))
+        };
+        let block = ms("IBCOLL_BLOCK_MS")?;
+        let peer_timeout = ms("IBCOLL_PEER_TIMEOUT_MS")?;
+        let mixed = num("IBCOLL_MIXED_WAIT_US")?.max(1);
+        let host = raw("IBCOLL_TCP_HOST");
+        let tcp_host = match host.trim() {
+            "" | "auto" => None,
+            h => Some(h.to_string()),
+        };
+        Ok(Config {
+            transport,
+            eager_limit,
+            tcp_eager_limit,
+            ring_bytes,
+            pipe_slots,
+            pipe_chunk,
+            cma,
+            spins: opt_num("IBCOLL_SPIN")?,
+            yields: opt_num("IBCOLL_YIELD")?,
+            block,
+            mixed_wait: Duration::from_micros(mixed),
+            peer_timeout,
+            tcp_host,
+            tcp_buf_bytes: to_usize("IBCOLL_TCP_BUF_BYTES", 1 << 30)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("17"), Some(17));
+        assert_eq!(parse_size(" 4k"), Some(4096));
+        assert_eq!(parse_size("2M"), Some(2 << 20));
+        assert_eq!(parse_size("1g"), Some(1 << 30));
+        assert_eq!(parse_size(""), None);
+        assert_eq!(parse_size("k"), None);
+        assert_eq!(parse_size("-1"), None);
+        assert_eq!(parse_size("99999999999999999999g"), None);
+    }
+
+    #[test]
+    fn registry_names_are_unique_and_prefixed() {
+        let mut names: Vec<_> = REGISTRY.iter().map(|e| e.name).collect();
+        assert!(names.iter().all(|n| n.starts_with("IBCOLL_")));
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), REGISTRY.len());
+    }
+
+    #[test]
+    fn defaults_are_consistent() {
+        // The test environment may set variables; only check the defaults
+        // when none of ours is set.
+        if std::env::vars().any(|(k, _)| k.starts_with("IBCOLL_")) {
+            return;
+        }
+        let c = Config::from_env().unwrap();
+        assert_eq!(c.transport, TransportMode::Auto);
+        assert!(c.peer_timeout <= Duration::from_secs(10));
+    }
+}

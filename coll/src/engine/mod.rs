@@ -1,0 +1,793 @@
+//! The point-to-point engine: pending operations, matching, the protocol
+//! state machine (eager, rendezvous), and the channels to every peer.
+//!
+//! [`State`] is everything but the channels, so a channel being polled can
+//! hand records to it (`on_record`) while the engine holds both. What a
+//! record makes the engine send back (CTS, FIN) or start (a stream) is
+//! queued as an [`Action`] and carried out after the poll.
+//!
+//! Collectives (next step) run schedules of sends, receives and local
+//! reductions on top of `post_send` / `post_recv` / `progress`, so a
+//! nonblocking collective is one more kind of pending work polled by the
+//! same loop.
+
+pub(crate) mod bootstrap;
+pub(crate) mod matching;
+pub(crate) mod ops;
+pub(crate) mod progress;
+
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::time::Instant;
+
+use ibcoll_launcher::Pmi;
+use ibcoll_shm::NodeSegment;
+
+use crate::config::Config;
+use crate::error::{Error, Op as ErrOp, Result};
+use crate::request::Status;
+use crate::transport::header::{Header, Kind};
+use crate::transport::{Channel, Health, PeerInfo};
+use matching::{Body, Matcher, Posted, Unexpected};
+use ops::{Op, OpKind, RecvStage, SendStage, Slab, Token};
+
+/// Work a record asks for, carried out once the channel poll is over.
+#[derive(Debug)]
+pub(crate) enum Action {
+    /// Send a control record (CTS carries a word: the receive's token).
+    Ctl {
+        peer: usize,
+        hdr: Header,
+        word: Option<u64>,
+    },
+    /// Receiver: `wanted` bytes for `token` will be streamed.
+    ExpectStream {
+        peer: usize,
+        token: Token,
+        wanted: usize,
+    },
+    /// Sender: stream `len` bytes at `ptr` to the peer's receive `recv_token`.
+    StartStream {
+        peer: usize,
+        send_token: Token,
+        recv_token: u64,
+        ptr: *const u8,
+        len: usize,
+    },
+}
+
+/// Everything of the engine except the channels.
+pub(crate) struct State {
+    /// World rank of this process.
+    pub rank: usize,
+    pub ops: Slab<Op>,
+    pub matcher: Matcher,
+    pub actions: VecDeque<Action>,
+}
+
+fn word(payload: &[u8]) -> std::result::Result<u64, String> {
+    let b: [u8; 8] = payload
+        .try_into()
+        .map_err(|_| format!("control payload of {} bytes, expected 8", payload.len()))?;
+    Ok(u64::from_le_bytes(b))
+}
+
+/// The outcome of a receive of a `msg_len`-byte message into `cap` bytes.
+fn recv_result(
+    rank: usize,
+    peer: usize,
+    src: u32,
+    tag: i32,
+    msg_len: usize,
+    cap: usize,
+) -> Result<Status> {
+    if msg_len > cap {
+        return Err(Error::Truncated {
+            rank,
+            peer,
+            op: ErrOp::Recv,
+            tag,
+            message_len: msg_len,
+            buffer_len: cap,
+        });
+    }
+    Ok(Status {
+        source: src as usize,
+        tag,
+        len: msg_len,
+    })
+}
+
+impl State {
+    pub fn new(rank: usize) -> State {
+        State {
+            rank,
+            ops: Slab::default(),
+            matcher: Matcher::default(),
+            actions: VecDeque::new(),
+        }
+    }
+
+    /// Handles one record from world rank `peer`. An `Err` is a protocol
+    /// violation; the channel then fails.
+    #[inline]
+    pub fn on_record(
+        &mut self,
+        peer: usize,
+        info: PeerInfo,
+        hdr: &Header,
+        payload: &[u8],
+    ) -> std::result::Result<(), String> {
+        match hdr.kind {
+            Kind::Eager => {
+                if payload.len() as u64 != hdr.len {
+                    return Err(format!(
+                        "eager message says {} bytes, carries {}",
+                        hdr.len,
+                        payload.len()
+                    ));
+                }
+                if let Some(tok) = self.matcher.take_posted(hdr.ctx, hdr.src, hdr.tag) {
+                    self.finish_eager(tok, peer, hdr.src, hdr.tag, payload);
+                } else {
+                    self.matcher.add_unexpected(Unexpected {
+                        peer,
+                        ctx: hdr.ctx,
+                        src: hdr.src,
+                        tag: hdr.tag,
+                        len: payload.len(),
+                        body: Body::Eager(payload.to_vec()),
+                    });
+                }
+            }
+            Kind::Rts => {
+                let addr = word(payload)?;
+                let len =
+                    usize::try_from(hdr.len).map_err(|_| "RTS length overflows".to_string())?;
+                if let Some(tok) = self.matcher.take_posted(hdr.ctx, hdr.src, hdr.tag) {
+                    self.start_rndv(tok, peer, info, hdr.src, hdr.tag, len, hdr.seq, addr);
+                } else {
+                    self.matcher.add_unexpected(Unexpected {
+                        peer,
+                        ctx: hdr.ctx,
+                        src: hdr.src,
+                        tag: hdr.tag,
+                        len,
+                        body: Body::Rts {
+                            send_token: hdr.seq,
+                            addr,
+                        },
+                    });
+                }
+            }
+            Kind::Cts => {
+                let recv_token = word(payload)?;
+                let send_token = hdr.seq;
+                let Some(op) = self.ops.get_mut(send_token) else {
+                    return Err(format!("CTS for unknown send {send_token:#x}"));
+                };
+                let OpKind::Send {
+                    peer: p,
+                    buf,
+                    len,
+                    stage,
+                    ..
+                } = &mut op.kind
+                else {
+                    return Err("CTS names a receive".into());
+                };
+                if *p != peer || *stage != SendStage::AwaitReply || hdr.len > *len as u64 {
+                    return Err(format!(
+                        "CTS does not fit send {send_token:#x} (wants {} of {} bytes)",
+                        hdr.len, len
+                    ));
+                }
+                let wanted = hdr.len as usize;
+                if wanted == 0 {
+                    op.result = Some(Ok(Status::empty()));
+                } else {
+                    *stage = SendStage::Streaming;
+                    self.actions.push_back(Action::StartStream {
+                        peer,
+                        send_token,
+                        recv_token,
+                        ptr: *buf,
+                        len: wanted,
+                    });
+                }
+            }
+            Kind::Fin => {
+                let send_token = hdr.seq;
+                match self.ops.get_mut(send_token) {
+                    Some(Op {
+                        kind:
+                            OpKind::Send {
+                                peer: p,
+                                stage: SendStage::AwaitReply,
+                                ..
+                            },
+                        result,
+                    }) if *p == peer => *result = Some(Ok(Status::empty())),
+                    _ => return Err(format!("FIN for unknown send {send_token:#x}")),
+                }
+            }
+            Kind::Data | Kind::Bye => {
+                return Err(format!(
+                    "{:?} record outside its channel's framing",
+                    hdr.kind
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn recv_result(
+        &self,
+        peer: usize,
+        src: u32,
+        tag: i32,
+        msg_len: usize,
+        cap: usize,
+    ) -> Result<Status> {
+        recv_result(self.rank, peer, src, tag, msg_len, cap)
+    }
+
+    /// Copies an eager payload into the receive `tok` and completes it.
+    pub fn finish_eager(&mut self, tok: Token, peer: usize, src: u32, tag: i32, payload: &[u8]) {
+        let Some(Op {
+            kind: OpKind::Recv { buf, cap, .. },
+            ..
+        }) = self.ops.get(tok)
+        else {
+            return;
+        };
+        let (buf, cap) = (*buf, *cap);
+        let n = payload.len().min(cap);
+        // SAFETY: the receive's Request mutably borrows `cap` bytes at `buf`
+        // until the operation is removed from the slab, which happens only
+        // after it completes; `n <= cap`, and the payload lives elsewhere.
+        unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), buf, n) };
+        let r = self.recv_result(peer, src, tag, payload.len(), cap);
+        if let Some(op) = self.ops.get_mut(tok) {
+            op.result = Some(r);
+        }
+    }
+
+    /// A receive matched a rendezvous message: read it directly (CMA,
+    /// memcpy for self) or ask for it to be streamed.
+    #[allow(clippy::too_many_arguments)]
+    pub fn start_rndv(
+        &mut self,
+        tok: Token,
+        peer: usize,
+        info: PeerInfo,
+        src: u32,
+        tag: i32,
+        msg_len: usize,
+        send_token: u64,
+        addr: u64,
+    ) {
+        let Some(Op {
+            kind: OpKind::Recv { buf, cap, .. },
+            ..
+        }) = self.ops.get(tok)
+        else {
+            return;
+        };
+        let (buf, cap) = (*buf, *cap);
+        let wanted = msg_len.min(cap);
+        if let (Some(pid), true) = (info.cma_pid, addr != 0) {
+            let res = if wanted == 0 {
+                Ok(())
+            } else if info.local {
+                // SAFETY: the sender is this process; its Request borrows
+                // `msg_len >= wanted` bytes at `addr` until our FIN
+                // completes it, and ours borrows `cap >= wanted` bytes at
+                // `buf` mutably; distinct borrows cannot overlap.
+                unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, buf, wanted) };
+                Ok(())
+            } else {
+                // SAFETY: as in `finish_eager`, `wanted <= cap` bytes at
+                // `buf` are ours to write until the receive completes.
+                let dst = unsafe { std::slice::from_raw_parts_mut(buf, wanted) };
+                ibcoll_shm::cma_read(pid, addr as usize, dst)
+            };
+            let mut fin = Header::new(Kind::Fin);
+            fin.seq = send_token;
+            self.actions.push_back(Action::Ctl {
+                peer,
+                hdr: fin,
+                word: None,
+            });
+            let r = match res {
+                Ok(()) => self.recv_result(peer, src, tag, msg_len, cap),
+                Err(ibcoll_shm::ShmError::PeerGone { pid, .. }) => Err(Error::PeerLost {
+                    rank: self.rank,
+                    peer,
+                    op: ErrOp::Recv,
+                    reason: format!("process {pid} is gone"),
+                }),
+                Err(e) => Err(Error::Transport {
+                    rank: self.rank,
+                    peer,
+                    op: ErrOp::Recv,
+                    transport: "shm",
+                    detail: e.to_string(),
+                }),
+            };
+            if let Some(op) = self.ops.get_mut(tok) {
+                op.result = Some(r);
+            }
+            return;
+        }
+        let mut cts = Header::new(Kind::Cts);
+        cts.seq = send_token;
+        cts.len = wanted as u64;
+        if wanted == 0 {
+            let r = self.recv_result(peer, src, tag, msg_len, cap);
+            if let Some(op) = self.ops.get_mut(tok) {
+                op.result = Some(r);
+            }
+        } else {
+            if let Some(Op {
+                kind: OpKind::Recv { stage, .. },
+                ..
+            }) = self.ops.get_mut(tok)
+            {
+                *stage = RecvStage::Streaming {
+                    peer,
+                    src,
+                    tag,
+                    msg_len,
+                    wanted,
+                    got: 0,
+                };
+            }
+            self.actions.push_back(Action::ExpectStream {
+                peer,
+                token: tok,
+                wanted,
+            });
+        }
+        self.actions.push_back(Action::Ctl {
+            peer,
+            hdr: cts,
+            word: Some(tok),
+        });
+    }
+
+    /// The part of streaming receive `tok` still to be filled, if it is
+    /// still streaming.
+    pub fn recv_stream_buf(&mut self, tok: u64) -> Option<&mut [u8]> {
+        match self.ops.get(tok) {
+            Some(Op {
+                kind:
+                    OpKind::Recv {
+                        buf,
+                        stage: RecvStage::Streaming { wanted, got, .. },
+                        ..
+                    },
+                result: None,
+            }) => {
+                // SAFETY: as in `finish_eager`: `got <= wanted <= cap` and
+                // the receive's Request holds the buffer until completion.
+                Some(unsafe { std::slice::from_raw_parts_mut(buf.add(*got), wanted - got) })
+            }
+            _ => None,
+        }
+    }
+
+    /// `n` more bytes of streaming receive `tok` arrived.
+    pub fn recv_stream_advance(&mut self, tok: u64, n: usize) {
+        let rank = self.rank;
+        let Some(op) = self.ops.get_mut(tok) else {
+            return;
+        };
+        let OpKind::Recv {
+            cap,
+            stage:
+                RecvStage::Streaming {
+                    peer,
+                    src,
+                    tag,
+                    msg_len,
+                    wanted,
+                    got,
+                },
+            ..
+        } = &mut op.kind
+        else {
+            return;
+        };
+        *got = (*got + n).min(*wanted);
+        if *got == *wanted && op.result.is_none() {
+            op.result = Some(recv_result(rank, *peer, *src, *tag, *msg_len, *cap));
+        }
+    }
+
+    /// Streaming send `tok` has handed over its last byte.
+    pub fn send_stream_done(&mut self, tok: Token) {
+        if let Some(op) = self.ops.get_mut(tok) {
+            if op.result.is_none() {
+                op.result = Some(Ok(Status::empty()));
+            }
+        }
+    }
+
+    /// Fails every pending operation that needs `peer`. `died` (rather than
+    /// finalized) also fails any-source receives of communicators holding
+    /// the peer.
+    pub fn fail_peer(&mut self, peer: usize, reason: &str, died: bool) {
+        let rank = self.rank;
+        let toks: Vec<Token> = self.ops.tokens().collect();
+        for tok in toks {
+            let Some(op) = self.ops.get_mut(tok) else {
+                continue;
+            };
+            if op.result.is_some() {
+                continue;
+            }
+            let (hit, what, unpost) = match &op.kind {
+                OpKind::Send { peer: p, .. } => (*p == peer, ErrOp::Send, false),
+                OpKind::Recv {
+                    stage: RecvStage::Streaming { peer: p, .. },
+                    ..
+                } => (*p == peer, ErrOp::Recv, false),
+                OpKind::Recv {
+                    peer: Some(p),
+                    stage: RecvStage::Posted,
+                    ..
+                } => (*p == peer, ErrOp::Recv, true),
+                OpKind::Recv {
+                    peer: None,
+                    group,
+                    stage: RecvStage::Posted,
+                    ..
+                } => (died && group.contains(&peer), ErrOp::Recv, true),
+            };
+            if !hit {
+                continue;
+            }
+            op.result = Some(Err(Error::PeerLost {
+                rank,
+                peer,
+                op: what,
+                reason: reason.to_string(),
+            }));
+            if unpost {
+                self.matcher.unpost(tok);
+            }
+        }
+    }
+}
+
+/// How a send was posted.
+pub(crate) enum Posted2 {
+    /// Handed over completely already (eager into a channel).
+    Done,
+    /// Pending as this operation.
+    Pending(Token),
+}
+
+/// The engine of one process.
+pub(crate) struct Engine {
+    pub st: State,
+    /// By world rank; the entry for this rank is the self channel.
+    pub chans: Vec<Channel>,
+    /// Health already reported to the operations, by world rank.
+    reported: Vec<bool>,
+    /// Sends waiting for room, per peer, in order.
+    send_queue: Vec<VecDeque<Token>>,
+    queued: usize,
+    /// Control records waiting for room.
+    ctl_retry: VecDeque<Action>,
+    pub shm_peers: Vec<usize>,
+    pub tcp_peers: Vec<usize>,
+    pub node: Option<Rc<NodeSegment>>,
+    pub local_rank: usize,
+    pub local_size: usize,
+    pub node_id: usize,
+    pub num_nodes: usize,
+    pub cfg: Config,
+    pub spins: u32,
+    pub yields: u32,
+    pub pmi: Option<Pmi>,
+    /// Next free communicator context id (even; odd ids are the internal
+    /// twins used by collectives).
+    pub next_ctx: u32,
+    last_liveness: Instant,
+    any_failed: bool,
+}
+
+impl Engine {
+    pub fn rank(&self) -> usize {
+        self.st.rank
+    }
+
+    pub fn size(&self) -> usize {
+        self.chans.len()
+    }
+
+    fn peer_err(&self, peer: usize, op: ErrOp) -> Option<Error> {
+        match self.chans[peer].health() {
+            Health::Open => None,
+            Health::Closed => Some(Error::PeerLost {
+                rank: self.st.rank,
+                peer,
+                op,
+                reason: "it has finalized".into(),
+            }),
+            Health::Failed(r) => Some(Error::PeerLost {
+                rank: self.st.rank,
+                peer,
+                op,
+                reason: r.clone(),
+            }),
+        }
+    }
+
+    /// Starts a send of `len` bytes at `buf` to world rank `peer`.
+    ///
+    /// The caller keeps the buffer borrowed until the returned operation
+    /// completes.
+    #[inline]
+    pub fn post_send(
+        &mut self,
+        peer: usize,
+        ctx: u32,
+        src: u32,
+        tag: i32,
+        buf: *const u8,
+        len: usize,
+    ) -> Result<Posted2> {
+        if let Some(e) = self.peer_err(peer, ErrOp::Send) {
+            return Err(e);
+        }
+        let ch = &mut self.chans[peer];
+        let mut hdr = Header {
+            kind: Kind::Eager,
+            src,
+            tag,
+            ctx,
+            len: len as u64,
+            seq: 0,
+        };
+        let idle = self.send_queue[peer].is_empty();
+        if len <= ch.eager_limit() {
+            if idle {
+                // SAFETY: the caller guarantees `len` readable bytes at
+                // `buf` for the duration of the call.
+                let payload = unsafe { std::slice::from_raw_parts(buf, len) };
+                if ch.try_send(&hdr, payload) {
+                    return Ok(Posted2::Done);
+                }
+            }
+        } else {
+            hdr.kind = Kind::Rts;
+        }
+        let tok = self.st.ops.insert(Op {
+            kind: OpKind::Send {
+                peer,
+                hdr,
+                buf,
+                len,
+                stage: SendStage::Queued,
+            },
+            result: None,
+        });
+        if hdr.kind == Kind::Rts && idle && self.try_push_send(tok) {
+            return Ok(Posted2::Pending(tok));
+        }
+        self.send_queue[peer].push_back(tok);
+        self.queued += 1;
+        Ok(Posted2::Pending(tok))
+    }
+
+    /// Tries to hand queued send `tok` to its channel.
+    fn try_push_send(&mut self, tok: Token) -> bool {
+        let Some(Op {
+            kind:
+                OpKind::Send {
+                    peer,
+                    hdr,
+                    buf,
+                    len,
+                    stage,
+                },
+            result,
+        }) = self.st.ops.get_mut(tok)
+        else {
+            return true;
+        };
+        if result.is_some() {
+            return true;
+        }
+        let ch = &mut self.chans[*peer];
+        if hdr.kind == Kind::Eager {
+            // SAFETY: the send's Request borrows `len` bytes at `buf` until
+            // the operation completes.
+            let payload = unsafe { std::slice::from_raw_parts(*buf, *len) };
+            if !ch.try_send(hdr, payload) {
+                return false;
+            }
+            *result = Some(Ok(Status::empty()));
+        } else {
+            let mut h = *hdr;
+            h.seq = tok;
+            let addr = ch.rts_addr(*buf).to_le_bytes();
+            if !ch.try_send(&h, &addr) {
+                return false;
+            }
+            *stage = SendStage::AwaitReply;
+        }
+        true
+    }
+
+    /// Posts a receive; `src` is the communicator rank (None = any) and
+    /// `peer` its world rank.
+    #[allow(clippy::too_many_arguments)]
+    pub fn post_recv(
+        &mut self,
+        ctx: u32,
+        src: Option<u32>,
+        peer: Option<usize>,
+        tag: Option<i32>,
+        group: &Rc<[usize]>,
+        buf: *mut u8,
+        cap: usize,
+    ) -> Token {
+        let tok = self.st.ops.insert(Op {
+            kind: OpKind::Recv {
+                peer,
+                group: group.clone(),
+                buf,
+                cap,
+                stage: RecvStage::Posted,
+            },
+            result: None,
+        });
+        if let Some(u) = self.st.matcher.take_unexpected(ctx, src, tag) {
+            match u.body {
+                Body::Eager(data) => self.st.finish_eager(tok, u.peer, u.src, u.tag, &data),
+                Body::Rts { send_token, addr } => {
+                    let info = self.chans[u.peer].info();
+                    self.st
+                        .start_rndv(tok, u.peer, info, u.src, u.tag, u.len, send_token, addr);
+                    self.apply_actions();
+                }
+            }
+            return tok;
+        }
+        if let Some(e) = peer.and_then(|p| self.peer_err(p, ErrOp::Recv)) {
+            if let Some(op) = self.st.ops.get_mut(tok) {
+                op.result = Some(Err(e));
+            }
+            return tok;
+        }
+        self.st.matcher.post(Posted {
+            ctx,
+            src,
+            tag,
+            token: tok,
+        });
+        tok
+    }
+
+    /// Carries out queued actions; returns how many.
+    pub fn apply_actions(&mut self) -> usize {
+        let mut n = 0;
+        while let Some(a) = self.st.actions.pop_front() {
+            n += 1;
+            match a {
+                Action::Ctl { peer, hdr, word } => {
+                    let w = word.unwrap_or(0).to_le_bytes();
+                    let payload: &[u8] = if word.is_some() { &w } else { &[] };
+                    if !self.chans[peer].try_send(&hdr, payload) {
+                        self.ctl_retry.push_back(Action::Ctl { peer, hdr, word });
+                    }
+                }
+                Action::ExpectStream {
+                    peer,
+                    token,
+                    wanted,
+                } => self.chans[peer].expect_stream(token, wanted),
+                Action::StartStream {
+                    peer,
+                    send_token,
+                    recv_token,
+                    ptr,
+                    len,
+                } => self.chans[peer].start_stream(send_token, recv_token, ptr, len),
+            }
+        }
+        n
+    }
+
+    /// Retries control records and queued sends that found no room.
+    fn drain_queues(&mut self) -> usize {
+        let mut n = 0;
+        for _ in 0..self.ctl_retry.len() {
+            let Some(a) = self.ctl_retry.pop_front() else {
+                break;
+            };
+            if let Action::Ctl { peer, hdr, word } = a {
+                let w = word.unwrap_or(0).to_le_bytes();
+                let payload: &[u8] = if word.is_some() { &w } else { &[] };
+                if self.chans[peer].try_send(&hdr, payload) {
+                    n += 1;
+                } else {
+                    self.ctl_retry.push_back(Action::Ctl { peer, hdr, word });
+                }
+            }
+        }
+        if self.queued == 0 {
+            return n;
+        }
+        for peer in 0..self.send_queue.len() {
+            while let Some(&tok) = self.send_queue[peer].front() {
+                if !self.try_push_send(tok) {
+                    break;
+                }
+                self.send_queue[peer].pop_front();
+                self.queued -= 1;
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Notices channels that closed or failed since the last look and fails
+    /// the operations that needed them.
+    fn check_health(&mut self, peer: usize) {
+        if self.reported[peer] {
+            return;
+        }
+        let (reason, died) = match self.chans[peer].health() {
+            Health::Open => return,
+            Health::Closed => ("it has finalized".to_string(), false),
+            Health::Failed(r) => (r.clone(), true),
+        };
+        self.reported[peer] = true;
+        self.any_failed |= died;
+        self.queued -= self.send_queue[peer].len();
+        self.send_queue[peer].clear();
+        self.st.fail_peer(peer, &reason, died);
+    }
+
+    /// Removes a completed operation and returns its outcome.
+    pub fn take_result(&mut self, tok: Token) -> Option<Result<Status>> {
+        let done = self.st.ops.get(tok)?.result.is_some();
+        if !done {
+            return None;
+        }
+        self.st.ops.remove(tok).and_then(|op| op.result)
+    }
+
+    pub fn is_done(&self, tok: Token) -> bool {
+        match self.st.ops.get(tok) {
+            None => true,
+            Some(op) => op.result.is_some(),
+        }
+    }
+
+    /// A fresh context id agreed by the caller's protocol.
+    pub fn bump_ctx(&mut self, at_least: u32) -> u32 {
+        let c = self.next_ctx.max(at_least);
+        self.next_ctx = c + 2;
+        c
+    }
+}
+
+impl Engine {
+    /// The error an operation with world rank `peer` gets, if the peer is
+    /// gone.
+    pub fn peer_lost(&self, peer: usize, op: ErrOp) -> Option<Error> {
+        self.peer_err(peer, op)
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.finalize();
+    }
+}

@@ -1,0 +1,201 @@
+//! The progress loop and the waiting policy.
+//!
+//! `progress` polls every channel once, carries out the actions the records
+//! asked for, and retries what found no room. `wait_until` calls it in a
+//! loop that escalates: spin, then `sched_yield`, then block:
+//!
+//! - shm peers only: sleep on this rank's futex doorbell (peers ring it
+//!   after every push, which costs them one load while we are awake),
+//!   re-checking by a full progress pass after announcing sleep;
+//! - tcp peers only: `poll(2)` on the sockets;
+//! - both: short doorbell sleeps (`IBCOLL_MIXED_WAIT_US`) alternating with
+//!   nonblocking socket polls, so tcp traffic waits at most that long.
+//!
+//! Every block is bounded (`IBCOLL_BLOCK_MS`), and between blocks the pids
+//! of shm peers are checked, so a dead peer turns into an error.
+
+use std::time::{Duration, Instant};
+
+use super::Engine;
+use crate::transport::{Channel, Health};
+
+impl Engine {
+    /// One pass over everything; returns how many things happened.
+    #[inline]
+    pub fn progress(&mut self) -> usize {
+        let mut n = 0;
+        for peer in 0..self.chans.len() {
+            n += self.chans[peer].poll(peer, &mut self.st);
+        }
+        if !self.st.actions.is_empty() {
+            n += self.apply_actions();
+        }
+        if self.queued > 0 || !self.ctl_retry.is_empty() {
+            n += self.drain_queues();
+        }
+        for peer in 0..self.chans.len() {
+            if !self.reported[peer] && *self.chans[peer].health() != Health::Open {
+                self.check_health(peer);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Runs the engine until `done` holds.
+    pub fn wait_until(&mut self, mut done: impl FnMut(&Engine) -> bool) {
+        let mut spun = 0u32;
+        let mut yielded = 0u32;
+        loop {
+            let n = self.progress();
+            if done(self) {
+                return;
+            }
+            if n > 0 {
+                spun = 0;
+                yielded = 0;
+                continue;
+            }
+            if spun < self.spins {
+                // No pause instruction: it costs ~100 cycles on recent
+                // cores, which is most of a cache-line transfer.
+                spun += 1;
+                continue;
+            }
+            if yielded < self.yields {
+                yielded += 1;
+                std::thread::yield_now();
+                self.maybe_check_liveness();
+                continue;
+            }
+            self.block();
+            self.maybe_check_liveness();
+        }
+    }
+
+    fn tcp_backlog(&self) -> bool {
+        self.tcp_peers.iter().any(|&p| self.chans[p].has_backlog())
+    }
+
+    /// Blocks until something may have happened (bounded).
+    fn block(&mut self) {
+        let shm = !self.shm_peers.is_empty();
+        let tcp = !self.tcp_peers.is_empty();
+        if shm {
+            let Some(node) = self.node.clone() else {
+                return;
+            };
+            let timeout = if tcp {
+                self.cfg.mixed_wait
+            } else {
+                self.cfg.block
+            };
+            let me = self.local_rank;
+            node.doorbell(me).sleep(|| self.progress() > 0, timeout);
+        } else if tcp {
+            let backlog = self.tcp_backlog();
+            self.poll_sockets(self.cfg.block, backlog);
+        } else {
+            // Only this rank: nothing outside can make progress.
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Waits in poll(2) for any tcp socket to become readable (or writable,
+    /// when `want_write`).
+    pub(crate) fn poll_sockets(&mut self, timeout: Duration, want_write: bool) {
+        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(self.tcp_peers.len());
+        for &p in &self.tcp_peers {
+            if let Channel::Tcp(c) = &self.chans[p] {
+                if c.health != Health::Open {
+                    continue;
+                }
+                let mut events = libc::POLLIN;
+                if want_write && c.has_backlog() {
+                    events |= libc::POLLOUT;
+                }
+                fds.push(libc::pollfd {
+                    fd: c.fd(),
+                    events,
+                    revents: 0,
+                });
+            }
+        }
+        if fds.is_empty() {
+            std::thread::sleep(timeout.min(Duration::from_millis(1)));
+            return;
+        }
+        let ms = timeout.as_millis().clamp(0, i32::MAX as u128) as libc::c_int;
+        // SAFETY: `fds` is a live array of `fds.len()` pollfd structs that
+        // the kernel may write `revents` into during the call.
+        unsafe {
+            libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms);
+        }
+    }
+
+    /// Every `IBCOLL_BLOCK_MS`, checks that shm peers' processes exist; a
+    /// vanished one (that did not say goodbye) fails its channel.
+    pub(crate) fn maybe_check_liveness(&mut self) {
+        if self.last_liveness.elapsed() < self.cfg.block {
+            return;
+        }
+        self.last_liveness = Instant::now();
+        for i in 0..self.shm_peers.len() {
+            let p = self.shm_peers[i];
+            if let Some(reason) = self.chans[p].check_alive() {
+                // Take what it sent before it died (records, a goodbye).
+                while self.chans[p].poll(p, &mut self.st) > 0 {}
+                if *self.chans[p].health() == Health::Open {
+                    self.chans[p].fail(reason);
+                }
+            }
+        }
+    }
+
+    /// Says goodbye to every peer, flushes, and leaves the job.
+    pub(crate) fn finalize(&mut self) {
+        self.progress();
+        let deadline = Instant::now() + self.cfg.peer_timeout;
+        let mut bye_pending: Vec<usize> = Vec::new();
+        for p in 0..self.chans.len() {
+            let delivered = match &mut self.chans[p] {
+                Channel::Shm(c) => c.health != Health::Open || c.send_bye(),
+                Channel::Tcp(c) => {
+                    if c.health == Health::Open {
+                        c.send_bye();
+                    }
+                    true
+                }
+                Channel::Local(_) => true,
+            };
+            if !delivered {
+                bye_pending.push(p);
+            }
+        }
+        while (!bye_pending.is_empty() || self.tcp_backlog()) && Instant::now() < deadline {
+            self.progress();
+            bye_pending.retain(|&p| match &mut self.chans[p] {
+                Channel::Shm(c) => c.health == Health::Open && !c.send_bye(),
+                _ => false,
+            });
+            if self.tcp_backlog() {
+                self.poll_sockets(Duration::from_millis(10), true);
+            } else if !bye_pending.is_empty() {
+                std::thread::yield_now();
+            }
+        }
+        let failed = self.any_failed
+            || self
+                .chans
+                .iter()
+                .any(|c| matches!(c.health(), Health::Failed(_)));
+        if let Some(mut pmi) = self.pmi.take() {
+            // Everyone has flushed once everyone is here; closing sockets
+            // before that could reset a connection with data in flight.
+            if !failed {
+                let _ = pmi.fence();
+            }
+            let _ = pmi.finalize();
+        }
+    }
+}

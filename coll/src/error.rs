@@ -1,0 +1,197 @@
+//! The crate's one error type. Every variant names the rank that saw the
+//! failure, the operation, and where one is involved, the peer.
+
+use std::fmt;
+
+/// What was being done when an error happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Init,
+    Send,
+    Recv,
+    Probe,
+    Wait,
+    Split,
+    Dup,
+    Barrier,
+    Finalize,
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            Op::Init => "init",
+            Op::Send => "send",
+            Op::Recv => "recv",
+            Op::Probe => "probe",
+            Op::Wait => "wait",
+            Op::Split => "split",
+            Op::Dup => "dup",
+            Op::Barrier => "barrier",
+            Op::Finalize => "finalize",
+        };
+        f.write_str(s)
+    }
+}
+
+/// Every failure ibcoll reports.
+///
+/// Ranks in messages are world ranks unless the text says otherwise.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The matched message is longer than the receive buffer. The first
+    /// `buffer_len` bytes were delivered; the rest was discarded. The
+    /// library stays usable.
+    #[error("rank {rank}: {op} from rank {peer} (tag {tag}) truncated: message has {message_len} bytes, buffer holds {buffer_len}")]
+    Truncated {
+        rank: usize,
+        peer: usize,
+        op: Op,
+        tag: i32,
+        message_len: usize,
+        buffer_len: usize,
+    },
+
+    /// The peer process died, closed its connection, or finalized while an
+    /// operation still needed it.
+    #[error("rank {rank}: {op} with rank {peer} failed: peer lost ({reason})")]
+    PeerLost {
+        rank: usize,
+        peer: usize,
+        op: Op,
+        reason: String,
+    },
+
+    /// A bad argument (rank out of range, negative tag, ...).
+    #[error("rank {rank}: {op}: invalid argument: {detail}")]
+    InvalidArgument { rank: usize, op: Op, detail: String },
+
+    /// The process manager failed.
+    #[error("rank {rank}: {op}: PMI: {detail}")]
+    Pmi { rank: usize, op: Op, detail: String },
+
+    /// A configuration variable has a value that cannot be used.
+    #[error("configuration {var}={value:?}: {detail}")]
+    Config {
+        var: &'static str,
+        value: String,
+        detail: String,
+    },
+
+    /// A transport could not be set up or failed (not a lost peer).
+    #[error("rank {rank}: {op} with rank {peer} over {transport}: {detail}")]
+    Transport {
+        rank: usize,
+        peer: usize,
+        op: Op,
+        transport: &'static str,
+        detail: String,
+    },
+
+    /// A peer sent bytes that do not follow the protocol.
+    #[error("rank {rank}: protocol error from rank {peer}: {detail}")]
+    Protocol {
+        rank: usize,
+        peer: usize,
+        detail: String,
+    },
+}
+
+impl Error {
+    /// The peer involved, if any.
+    pub fn peer(&self) -> Option<usize> {
+        match self {
+            Error::Truncated { peer, .. }
+            | Error::PeerLost { peer, .. }
+            | Error::Transport { peer, .. }
+            | Error::Protocol { peer, .. } => Some(*peer),
+            _ => None,
+        }
+    }
+
+    /// True for [`Error::PeerLost`].
+    pub fn is_peer_lost(&self) -> bool {
+        matches!(self, Error::PeerLost { .. })
+    }
+
+    /// A copy, for reporting one failure to several operations.
+    pub(crate) fn duplicate(&self) -> Error {
+        match self {
+            Error::Truncated {
+                rank,
+                peer,
+                op,
+                tag,
+                message_len,
+                buffer_len,
+            } => Error::Truncated {
+                rank: *rank,
+                peer: *peer,
+                op: *op,
+                tag: *tag,
+                message_len: *message_len,
+                buffer_len: *buffer_len,
+            },
+            Error::PeerLost {
+                rank,
+                peer,
+                op,
+                reason,
+            } => Error::PeerLost {
+                rank: *rank,
+                peer: *peer,
+                op: *op,
+                reason: reason.clone(),
+            },
+            Error::InvalidArgument { rank, op, detail } => Error::InvalidArgument {
+                rank: *rank,
+                op: *op,
+                detail: detail.clone(),
+            },
+            Error::Pmi { rank, op, detail } => Error::Pmi {
+                rank: *rank,
+                op: *op,
+                detail: detail.clone(),
+            },
+            Error::Config { var, value, detail } => Error::Config {
+                var,
+                value: value.clone(),
+                detail: detail.clone(),
+            },
+            Error::Transport {
+                rank,
+                peer,
+                op,
+                transport,
+                detail,
+            } => Error::Transport {
+                rank: *rank,
+                peer: *peer,
+                op: *op,
+                transport,
+                detail: detail.clone(),
+            },
+            Error::Protocol { rank, peer, detail } => Error::Protocol {
+                rank: *rank,
+                peer: *peer,
+                detail: detail.clone(),
+            },
+        }
+    }
+
+    /// The same error, re-attributed to operation `op`.
+    pub(crate) fn with_op(mut self, new: Op) -> Error {
+        match &mut self {
+            Error::Truncated { op, .. }
+            | Error::PeerLost { op, .. }
+            | Error::InvalidArgument { op, .. }
+            | Error::Pmi { op, .. }
+            | Error::Transport { op, .. } => *op = new,
+            Error::Config { .. } | Error::Protocol { .. } => {}
+        }
+        self
+    }
+}
+
+/// Result with [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;

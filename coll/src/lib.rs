@@ -1,0 +1,61 @@
+//! ibcoll: MPI-style communication for Rust HPC programs.
+//!
+//! ```no_run
+//! let world = ibcoll::init()?;
+//! let (rank, size) = (world.rank(), world.size());
+//! if rank == 0 {
+//!     world.send(&[1.0f64, 2.0], 1 % size, 7)?;
+//! } else if rank == 1 {
+//!     let mut buf = [0.0f64; 2];
+//!     let st = world.recv(&mut buf, ibcoll::ANY_SOURCE, ibcoll::ANY_TAG)?;
+//!     assert_eq!((st.source, st.tag, st.count::<f64>()), (0, 7, 2));
+//! }
+//! # Ok::<(), ibcoll::Error>(())
+//! ```
+//!
+//! Processes start under `ibrun` (or any PMI-1 process manager, or alone
+//! as a singleton). Peers on the same node talk through shared memory,
+//! others through tcp; see `docs/ARCHITECTURE.md`.
+
+pub mod comm;
+pub mod config;
+pub mod datatype;
+pub(crate) mod engine;
+pub mod error;
+pub mod request;
+pub mod transport;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+pub use comm::{Comm, ANY_SOURCE, ANY_TAG, UNDEFINED};
+pub use datatype::Datatype;
+pub use error::{Error, Op, Result};
+pub use request::{wait_all, wait_any, Request, Status};
+
+static INITIALIZED: AtomicBool = AtomicBool::new(false);
+
+/// Joins the job and returns the world communicator. Call it once per
+/// process; the job is left when the last communicator (and request) is
+/// dropped.
+pub fn init() -> Result<Comm> {
+    if INITIALIZED.swap(true, Ordering::SeqCst) {
+        return Err(Error::InvalidArgument {
+            rank: 0,
+            op: Op::Init,
+            detail: "ibcoll::init was already called in this process".into(),
+        });
+    }
+    let eng = engine::Engine::init()?;
+    Ok(Comm::world(eng))
+}
+
+/// The crate version.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// What `ibcoll-info` reports about single-copy transfers here.
+pub fn cma_status() -> (bool, String) {
+    match config::Config::from_env() {
+        Ok(c) => engine::bootstrap::cma_usable(&c),
+        Err(e) => (false, e.to_string()),
+    }
+}
