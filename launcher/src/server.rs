@@ -68,6 +68,8 @@ pub enum Action {
 #[derive(Debug, Default)]
 struct Conn {
     rank: Option<usize>,
+    /// Sent `init`: from then on it takes part in barriers.
+    initialized: bool,
     finalized: bool,
 }
 
@@ -106,6 +108,7 @@ impl PmiServer {
             id,
             Conn {
                 rank,
+                initialized: false,
                 finalized: false,
             },
         );
@@ -120,7 +123,7 @@ impl PmiServer {
         };
         self.in_barrier.retain(|&w| w != id);
         match c.rank {
-            Some(r) if !c.finalized && self.lost.is_none() => {
+            Some(r) if c.initialized && !c.finalized && self.lost.is_none() => {
                 self.lost = Some(r);
                 let reply = error_reply(
                     "barrier_out",
@@ -201,6 +204,9 @@ impl PmiServer {
                     return Err(format!(
                         "PMI version {v}.{sv} requested; this server speaks PMI-1.1"
                     ));
+                }
+                if let Some(c) = self.conns.get_mut(&id) {
+                    c.initialized = true;
                 }
                 reply(
                     Command::new("response_to_init")
@@ -535,14 +541,19 @@ mod tests {
     #[test]
     fn lost_rank_fails_barriers() {
         let mut s = server(3);
+        for r in 0..3 {
+            s.handle_line(r, b"cmd=init pmi_version=1 pmi_subversion=1");
+        }
         assert!(s.handle_line(0, b"cmd=barrier_in").is_empty());
         let a = s.remove_conn(1);
         assert!(a.iter().any(
             |x| matches!(x, Action::Reply(0, t) if t.contains("rc=-1") && t.contains("rank_1"))
         ));
         assert!(reply_of(&s.handle_line(2, b"cmd=barrier_in")).contains("rc=-1"));
-        // A rank that finalized may leave freely.
-        let mut s = server(2);
+        // A rank that finalized, or never used PMI, may leave freely.
+        let mut s = server(3);
+        assert!(s.remove_conn(2).is_empty());
+        s.handle_line(1, b"cmd=init pmi_version=1 pmi_subversion=1");
         s.handle_line(1, b"cmd=finalize");
         assert!(s.remove_conn(1).is_empty());
         assert!(s.handle_line(0, b"cmd=barrier_in").is_empty());

@@ -170,3 +170,38 @@ fn malformed_pmi_lines_get_error_replies() {
     assert!(r.stderr.contains("malformed line from rank 0"));
     assert!(r.stderr.contains("unknown command"));
 }
+
+#[test]
+fn bind_to_core_pins_each_rank_to_one_cpu() {
+    let r = run(ibrun_cmd(&[
+        "-n",
+        "3",
+        "--nodes",
+        "2",
+        "--bind-to",
+        "core",
+        "--tag-output",
+        "sh",
+        "-c",
+    ])
+    .arg("grep Cpus_allowed_list /proc/self/status"));
+    assert_eq!(r.code, 0);
+    let mut cpus = Vec::new();
+    for rank in 0..3 {
+        let line = r
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("[{rank}] ")))
+            .expect("a line per rank");
+        let list = line.rsplit('\t').next().unwrap_or("").trim();
+        let cpu: usize = list
+            .parse()
+            .unwrap_or_else(|_| panic!("not one cpu: {line}"));
+        cpus.push(cpu);
+    }
+    // Ranks of both virtual nodes share this machine's CPUs round-robin.
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if n >= 2 {
+        assert_ne!(cpus[0], cpus[1]);
+    }
+}

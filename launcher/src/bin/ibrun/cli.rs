@@ -26,6 +26,8 @@ options:
   -x VAR[=VAL]         export VAR (with its current or the given value); remote
                        ranks get only exported variables
   --timeout SECS       end the job when it runs longer than SECS
+  --bind-to core|none  pin each rank to one CPU of its host, in local-rank
+                       order over the CPUs ibrun may use (default none)
   --kill-grace SECS    time between TERM and KILL when ending a job (default 2)
   -v, --verbose        print PMI and job-control diagnostics
   -h, --help           this text
@@ -56,6 +58,8 @@ pub struct Options {
     pub timeout: Option<Duration>,
     pub kill_grace: Duration,
     pub verbose: bool,
+    /// `--bind-to core`: pin each rank to one CPU of its host.
+    pub bind: bool,
     pub program: Vec<String>,
 }
 
@@ -137,6 +141,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
         timeout: None,
         kill_grace: Duration::from_secs(2),
         verbose: false,
+        bind: false,
         program: Vec::new(),
     };
     let mut i = 0;
@@ -208,6 +213,11 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
             "--timeout" => o.timeout = Some(seconds(flag, &val(&mut i)?)?),
             "--kill-grace" => o.kill_grace = seconds(flag, &val(&mut i)?)?,
             "-v" | "--verbose" => o.verbose = true,
+            "--bind-to" | "-bind-to" => match val(&mut i)?.as_str() {
+                "core" | "cpu" => o.bind = true,
+                "none" => o.bind = false,
+                other => return Err(format!("--bind-to {other:?}: expected core or none")),
+            },
             "--" => {
                 o.program = args[i + 1..].to_vec();
                 break;

@@ -125,7 +125,10 @@ fn run(opts: cli::Options) -> Result<i32, String> {
         exports,
         pmi_port,
         local_over_tcp,
+        bind: opts.bind,
     };
+    let cpus = spawn::allowed_cpus();
+    let mut local_index = 0usize;
     let sink = OutputSink {
         tag: opts.tag_output,
     };
@@ -145,7 +148,16 @@ fn run(opts: cli::Options) -> Result<i32, String> {
     let mut start_error = None;
     for slot in slots {
         let started = match &slot.host {
-            None => spawn::start_local(&slot, &env, &opts.program),
+            None => {
+                // Virtual nodes share this machine's CPUs: count every local
+                // rank, not the local rank within its virtual node.
+                let cpu = opts.bind.then(|| cpus[local_index % cpus.len()]);
+                local_index += 1;
+                if let (true, Some(c)) = (opts.verbose, cpu) {
+                    eprintln!("ibrun: rank {} bound to cpu {c}", slot.rank);
+                }
+                spawn::start_local(&slot, &env, &opts.program, cpu)
+            }
             Some(h) => spawn::start_remote(
                 &slot,
                 h,

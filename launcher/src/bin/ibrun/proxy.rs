@@ -57,11 +57,23 @@ pub fn cleanup_shm(job_id: &str) {
     }
 }
 
-pub fn run(args: Vec<String>) -> i32 {
+pub fn run(mut args: Vec<String>) -> i32 {
+    let mut bind = None;
+    if let Some(v) = args
+        .first()
+        .and_then(|a| a.strip_prefix("--bind-local-rank="))
+    {
+        bind = v.parse::<usize>().ok();
+        args.remove(0);
+    }
     let program: Vec<String> = match args.first().map(String::as_str) {
         Some("--") => args[1..].to_vec(),
         _ => args,
     };
+    let cpu = bind.map(|r| {
+        let cpus = crate::spawn::allowed_cpus();
+        cpus[r % cpus.len()]
+    });
     if program.is_empty() {
         eprintln!("ibrun --proxy: no program");
         return 2;
@@ -77,7 +89,13 @@ pub fn run(args: Vec<String>) -> i32 {
     cmd.args(&program[1..]);
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
-        cmd.pre_exec(|| crate::spawn::unblock_all_signals());
+        cmd.pre_exec(move || {
+            crate::spawn::unblock_all_signals()?;
+            if let Some(c) = cpu {
+                crate::spawn::bind_to_cpu(c)?;
+            }
+            Ok(())
+        });
     }
     let mut child = match cmd.spawn() {
         Ok(c) => c,

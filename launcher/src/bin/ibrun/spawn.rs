@@ -20,6 +20,8 @@ pub struct JobEnv {
     pub pmi_port: Option<String>,
     /// Local ranks also use TCP (a test of the PMI_PORT path).
     pub local_over_tcp: bool,
+    /// `--bind-to core`: one CPU per rank of a host.
+    pub bind: bool,
 }
 
 /// A started rank: the child process and ibrun's end of its PMI socket.
@@ -69,8 +71,47 @@ pub unsafe fn unblock_all_signals() -> std::io::Result<()> {
     Ok(())
 }
 
-/// Starts a rank on this machine.
-pub fn start_local(slot: &RankSlot, job: &JobEnv, program: &[String]) -> std::io::Result<Started> {
+/// Pins the calling process to one CPU.
+///
+/// # Safety
+/// Only async-signal-safe calls; callable between fork and exec.
+pub unsafe fn bind_to_cpu(cpu: usize) -> std::io::Result<()> {
+    let mut set: libc::cpu_set_t = std::mem::zeroed();
+    libc::CPU_SET(cpu, &mut set);
+    if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == -1 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The CPUs this process may run on, in order (what `--bind-to core`
+/// hands out to the ranks of this host).
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: sched_getaffinity writes into a zeroed cpu_set_t of the size
+    // passed; CPU_ISSET only reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return vec![0];
+        }
+        let v: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect();
+        if v.is_empty() {
+            vec![0]
+        } else {
+            v
+        }
+    }
+}
+
+/// Starts a rank on this machine, pinned to `cpu` when given.
+pub fn start_local(
+    slot: &RankSlot,
+    job: &JobEnv,
+    program: &[String],
+    cpu: Option<usize>,
+) -> std::io::Result<Started> {
     let mut cmd = Command::new(&program[0]);
     cmd.args(&program[1..])
         .stdin(Stdio::null())
@@ -79,11 +120,11 @@ pub fn start_local(slot: &RankSlot, job: &JobEnv, program: &[String]) -> std::io
     for (k, v) in rank_vars(slot, job) {
         cmd.env(k, v);
     }
-    let mut ours = None;
     let tcp = job
         .local_over_tcp
         .then_some(job.pmi_port.as_ref())
         .flatten();
+    let mut pair = None;
     if let Some(port) = tcp {
         cmd.env("PMI_PORT", port)
             .env("PMI_ID", slot.rank.to_string());
@@ -95,33 +136,33 @@ pub fn start_local(slot: &RankSlot, job: &JobEnv, program: &[String]) -> std::io
             None,
             SockFlag::SOCK_CLOEXEC,
         )?;
-        let fd = child_end.as_raw_fd();
-        cmd.env("PMI_FD", fd.to_string());
+        cmd.env("PMI_FD", child_end.as_raw_fd().to_string());
         cmd.env_remove("PMI_PORT");
-        // SAFETY: the closure runs in the forked child before exec and only
-        // calls async-signal-safe functions (fcntl, setpgid) on a descriptor
-        // that stays open in the parent until spawn returns.
-        unsafe {
-            cmd.pre_exec(move || {
+        pair = Some((parent, child_end));
+    }
+    let inherit_fd = pair.as_ref().map(|(_, c)| c.as_raw_fd());
+    // SAFETY: the closure runs in the forked child before exec and only calls
+    // async-signal-safe functions (fcntl, setpgid, sigprocmask,
+    // sched_setaffinity); the PMI descriptor stays open in the parent until
+    // spawn returns.
+    unsafe {
+        cmd.pre_exec(move || {
+            if let Some(fd) = inherit_fd {
                 if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
                     return Err(std::io::Error::last_os_error());
                 }
-                child_setup()
-            });
-        }
-        let child = cmd.spawn()?;
-        drop(child_end);
-        ours = Some(parent);
-        return Ok(Started { child, pmi: ours });
-    }
-    // SAFETY: as above, setpgid is async-signal-safe.
-    unsafe {
-        cmd.pre_exec(child_setup);
+            }
+            child_setup()?;
+            if let Some(c) = cpu {
+                bind_to_cpu(c)?;
+            }
+            Ok(())
+        });
     }
     let child = cmd.spawn()?;
     Ok(Started {
         child,
-        pmi: ours.take(),
+        pmi: pair.map(|(parent, _child_end)| parent),
     })
 }
 
@@ -155,6 +196,10 @@ pub fn remote_command(
     }
     words.push(shell_quote(&me.to_string_lossy()));
     words.push("--proxy".into());
+    if job.bind {
+        // The proxy knows the remote host's CPUs; it binds by local rank.
+        words.push(format!("--bind-local-rank={}", slot.local_rank));
+    }
     words.push("--".into());
     let prog = if program[0].contains('/') && !program[0].starts_with('/') {
         cwd.join(&program[0]).to_string_lossy().into_owned()
