@@ -205,3 +205,23 @@ fn bind_to_core_pins_each_rank_to_one_cpu() {
         assert_ne!(cpus[0], cpus[1]);
     }
 }
+
+#[test]
+fn stdin_goes_to_rank_0_only() {
+    use std::io::Write;
+    let mut child = ibrun_cmd(&["-n", "3", "--tag-output", "sh", "-c", "wc -l"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let lines: String = (0..50_000).map(|i| format!("line {i}\n")).collect();
+    input.write_all(lines.as_bytes()).unwrap();
+    drop(input);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut got: Vec<&str> = text.lines().collect();
+    got.sort();
+    assert_eq!(got, vec!["[0] 50000", "[1] 0", "[2] 0"]);
+}

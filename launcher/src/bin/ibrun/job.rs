@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, ChildStdin};
@@ -116,6 +116,9 @@ pub struct Job {
     term_sent_at: Option<Instant>,
     kill_sent: bool,
     all_exited_at: Option<Instant>,
+    /// ibrun's own standard input while it is forwarded to rank 0.
+    input: Option<File>,
+    input_buf: Vec<u8>,
 }
 
 /// Blocks the signals ibrun handles through its signalfd. Must run before any
@@ -146,8 +149,23 @@ fn set_nonblocking(fd: RawFd) {
     }
 }
 
+/// A nonblocking duplicate of ibrun's standard input.
+fn dup_stdin() -> Option<File> {
+    // SAFETY: dup of descriptor 0 returns a new descriptor (or -1) that
+    // nothing else owns, so the File may close it.
+    let fd = unsafe { libc::dup(0) };
+    if fd < 0 {
+        return None;
+    }
+    set_nonblocking(fd);
+    // SAFETY: `fd` is a fresh, valid descriptor owned by nobody else.
+    Some(unsafe { File::from_raw_fd(fd) })
+}
+
 #[derive(Clone, Copy)]
 enum Source {
+    Input,
+    RankInput,
     Signals,
     Listener,
     Conn(ConnId),
@@ -184,6 +202,8 @@ impl Job {
             term_sent_at: None,
             kill_sent: false,
             all_exited_at: None,
+            input: dup_stdin(),
+            input_buf: Vec::new(),
         }
     }
 
@@ -210,6 +230,9 @@ impl Job {
         let stdout = child.stdout.take().map(|p| pipe(p.into()));
         let stderr = child.stderr.take().map(|p| pipe(p.into()));
         let stdin = child.stdin.take();
+        if let Some(p) = &stdin {
+            set_nonblocking(p.as_raw_fd());
+        }
         let pid = child.id() as i32;
         debug_assert_eq!(idx, slot.rank);
         self.ranks.push(Rank {
@@ -314,6 +337,8 @@ impl Job {
                 }
                 match src {
                     Source::Signals => self.on_signals(),
+                    Source::Input => self.on_input(&mut buf),
+                    Source::RankInput => self.flush_input(),
                     Source::Listener => self.on_accept(),
                     Source::Conn(id) => self.on_conn(id, pfd.revents, &mut buf),
                     Source::Stdout(i) => self.on_output(i, false, &mut buf),
@@ -340,6 +365,19 @@ impl Job {
         add(self.signals.as_raw_fd(), libc::POLLIN, Source::Signals);
         if let Some(l) = &self.listener {
             add(l.as_raw_fd(), libc::POLLIN, Source::Listener);
+        }
+        if let Some(rank0) = self
+            .ranks
+            .first()
+            .and_then(|r| r.stdin.as_ref())
+            .filter(|_| !self.ranks[0].remote)
+        {
+            // Read more only once what was read reached rank 0 (backpressure).
+            match (&self.input, self.input_buf.is_empty()) {
+                (Some(i), true) => add(i.as_raw_fd(), libc::POLLIN, Source::Input),
+                (_, false) => add(rank0.as_raw_fd(), libc::POLLOUT, Source::RankInput),
+                _ => {}
+            }
         }
         for (&id, c) in &self.conns {
             let mut ev = libc::POLLIN;
@@ -410,6 +448,51 @@ impl Job {
                 }
                 _ => {}
             }
+        }
+    }
+
+    fn on_input(&mut self, buf: &mut [u8]) {
+        let Some(input) = self.input.as_mut() else {
+            return;
+        };
+        match input.read(buf) {
+            Ok(0) | Err(_) => {
+                // End of ibrun's input: rank 0 sees end of file too.
+                self.input = None;
+                if self.input_buf.is_empty() {
+                    self.ranks[0].stdin = None;
+                }
+            }
+            Ok(n) => {
+                self.input_buf.extend_from_slice(&buf[..n]);
+                self.flush_input();
+            }
+        }
+    }
+
+    fn flush_input(&mut self) {
+        let Some(pipe) = self.ranks.first_mut().and_then(|r| r.stdin.as_mut()) else {
+            self.input_buf.clear();
+            return;
+        };
+        while !self.input_buf.is_empty() {
+            match pipe.write(&self.input_buf) {
+                Ok(n) if n > 0 => {
+                    self.input_buf.drain(..n);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                _ => {
+                    // Rank 0 closed its input: drop what it will never read.
+                    self.input_buf.clear();
+                    self.input = None;
+                    self.ranks[0].stdin = None;
+                    return;
+                }
+            }
+        }
+        if self.input.is_none() {
+            self.ranks[0].stdin = None;
         }
     }
 

@@ -126,6 +126,7 @@ fn run(opts: cli::Options) -> Result<i32, String> {
         pmi_port,
         local_over_tcp,
         bind: opts.bind,
+        forward_stdin: true,
     };
     let cpus = spawn::allowed_cpus();
     let mut local_index = 0usize;

@@ -22,6 +22,8 @@ pub struct JobEnv {
     pub local_over_tcp: bool,
     /// `--bind-to core`: one CPU per rank of a host.
     pub bind: bool,
+    /// Forward ibrun's standard input to a local rank 0.
+    pub forward_stdin: bool,
 }
 
 /// A started rank: the child process and ibrun's end of its PMI socket.
@@ -113,8 +115,14 @@ pub fn start_local(
     cpu: Option<usize>,
 ) -> std::io::Result<Started> {
     let mut cmd = Command::new(&program[0]);
+    // Like mpirun, ibrun's standard input goes to rank 0 only.
+    let stdin = if slot.rank == 0 && job.forward_stdin {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    };
     cmd.args(&program[1..])
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     for (k, v) in rank_vars(slot, job) {
