@@ -94,55 +94,52 @@ fn serve(listener: TcpListener, cfg: ServerConfig) {
                 }
             }
             for l in lines {
-                for a in server.handle_line(id, &l) {
-                    match a {
-                        Action::Reply(to, text) => {
-                            if let Some(c) = conns.get_mut(&to) {
-                                // Replies are small and clients read them at
-                                // once; a stuck client hits the write timeout.
-                                let _ = c.stream.set_nonblocking(false);
-                                let _ = c.stream.write_all(text.as_bytes());
-                                let _ = c.stream.set_nonblocking(true);
-                            }
-                        }
-                        Action::Log(m) => eprintln!("ibcoll: {m}"),
-                        Action::Finalized(_) => done += 1,
-                        Action::Abort {
-                            rank,
-                            exit_code,
-                            message,
-                        } => {
-                            eprintln!(
-                                "ibcoll: rank {} called abort with exit code {exit_code}: {message}; ending the job",
-                                rank.map_or("?".into(), |r| r.to_string())
-                            );
-                            // Without a launcher to kill the others, ending the
-                            // server's process makes every peer's next PMI
-                            // call, and its ibcoll channels, fail.
-                            std::process::exit(if exit_code == 0 { 1 } else { exit_code });
-                        }
-                    }
-                }
+                let actions = server.handle_line(id, &l);
+                done += apply(&mut conns, actions);
             }
             if closed {
                 if server.rank_of(id).is_some() && !server.is_finalized(id) {
                     done += 1;
                 }
-                for a in server.remove_conn(id) {
-                    match a {
-                        Action::Reply(to, text) => {
-                            if let Some(c) = conns.get_mut(&to) {
-                                let _ = c.stream.set_nonblocking(false);
-                                let _ = c.stream.write_all(text.as_bytes());
-                                let _ = c.stream.set_nonblocking(true);
-                            }
-                        }
-                        Action::Log(m) => eprintln!("ibcoll: {m}"),
-                        _ => {}
-                    }
-                }
+                let actions = server.remove_conn(id);
+                done += apply(&mut conns, actions);
                 conns.remove(&id);
             }
         }
     }
+}
+
+/// Carries out the server's actions; returns how many ranks finalized.
+fn apply(conns: &mut HashMap<ConnId, Conn>, actions: Vec<Action>) -> usize {
+    let mut finalized = 0;
+    for a in actions {
+        match a {
+            Action::Reply(to, text) => {
+                if let Some(c) = conns.get_mut(&to) {
+                    // Replies are small and clients read them at once; a
+                    // stuck client hits the write timeout.
+                    let _ = c.stream.set_nonblocking(false);
+                    let _ = c.stream.write_all(text.as_bytes());
+                    let _ = c.stream.set_nonblocking(true);
+                }
+            }
+            Action::Log(m) => eprintln!("ibcoll: {m}"),
+            Action::Finalized(_) => finalized += 1,
+            Action::Abort {
+                rank,
+                exit_code,
+                message,
+            } => {
+                eprintln!(
+                    "ibcoll: rank {} called abort with exit code {exit_code}: {message}; ending the job",
+                    rank.map_or("?".into(), |r| r.to_string())
+                );
+                // Without a launcher to kill the others, ending the server's
+                // process makes every peer's next PMI call, and its ibcoll
+                // channels, fail.
+                std::process::exit(if exit_code == 0 { 1 } else { exit_code });
+            }
+        }
+    }
+    finalized
 }
