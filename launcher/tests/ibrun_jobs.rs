@@ -225,3 +225,18 @@ fn stdin_goes_to_rank_0_only() {
     got.sort();
     assert_eq!(got, vec!["[0] 50000", "[1] 0", "[2] 0"]);
 }
+
+#[test]
+fn leftover_shared_memory_of_the_job_is_removed() {
+    // A rank that dies before the node segment is unlinked leaves its file
+    // behind; ibrun removes every /dev/shm/ibcoll-<job>-* when the job ends.
+    let r = run(ibrun_cmd(&["-n", "2", "sh", "-c"])
+        .arg("f=/dev/shm/ibcoll-$IBCOLL_JOB_ID-n$PMI_RANK; touch $f; echo $f; kill -9 $$"));
+    assert_eq!(r.code, 137);
+    let files: Vec<&str> = r.stdout.lines().collect();
+    assert!(!files.is_empty());
+    for f in files {
+        assert!(f.starts_with("/dev/shm/ibcoll-j"), "{f}");
+        assert!(!std::path::Path::new(f).exists(), "{f} was left behind");
+    }
+}
