@@ -6,13 +6,19 @@
 //! Output follows the OSU micro-benchmarks (`# Size  Avg Latency(us)`,
 //! bandwidth in MB/s with 1 MB = 10^6 bytes), so tables from ibcoll, Open MPI
 //! and MPICH (benches/mpi/osu_p2p.c) can be compared line by line.
-//! Benchmarks are entries of [`BENCHES`]; collectives will be added there as
-//! `ibcoll-bench <collective>`.
+//! Benchmarks are entries of [`BENCHES`]; the collectives (`coll.rs`) run as
+//! `ibcoll-bench <collective> [--algorithm NAME] [-m MIN:MAX]`.
 
 use std::process::exit;
 use std::time::Instant;
 
 use ibcoll::Comm;
+
+mod coll;
+
+/// Lets the rdma channel keep buffer registrations across messages.
+#[global_allocator]
+static ALLOC: ibcoll::TrackingAlloc = ibcoll::TrackingAlloc::new(std::alloc::System);
 
 /// Options shared by every benchmark.
 #[derive(Debug, Clone)]
@@ -22,6 +28,12 @@ struct Opts {
     iters: Option<usize>,
     warmup: Option<usize>,
     window: usize,
+    /// Collectives: force this algorithm (`--algorithm NAME`).
+    algorithm: Option<String>,
+    /// Tuner: collectives to measure (`--collectives a,b`).
+    collectives: Option<String>,
+    /// Tuner: where to write the table (`--out FILE`).
+    out: Option<String>,
 }
 
 type BenchFn = fn(&Comm, &Opts) -> ibcoll::Result<()>;
@@ -31,10 +43,45 @@ const BENCHES: &[(&str, &str, BenchFn)] = &[
     ("latency", "Latency Test", latency),
     ("bw", "Bandwidth Test", bw),
     ("bibw", "Bi-Directional Bandwidth Test", bibw),
+    ("barrier", "Barrier Latency Test", coll::barrier),
+    ("bcast", "Broadcast Latency Test", coll::bcast),
+    ("reduce", "Reduce Latency Test", coll::reduce),
+    ("allreduce", "Allreduce Latency Test", coll::allreduce),
+    ("gather", "Gather Latency Test", coll::gather),
+    ("gatherv", "Gatherv Latency Test", coll::gatherv),
+    ("scatter", "Scatter Latency Test", coll::scatter),
+    ("scatterv", "Scatterv Latency Test", coll::scatterv),
+    ("allgather", "Allgather Latency Test", coll::allgather),
+    ("allgatherv", "Allgatherv Latency Test", coll::allgatherv),
+    (
+        "alltoall",
+        "All-to-All Personalized Exchange Latency Test",
+        coll::alltoall,
+    ),
+    (
+        "alltoallv",
+        "All-to-Allv Personalized Exchange Latency Test",
+        coll::alltoallv,
+    ),
+    (
+        "reduce_scatter",
+        "Reduce_scatter Latency Test",
+        coll::reduce_scatter,
+    ),
+    (
+        "reduce_scatter_block",
+        "Reduce_scatter_block Latency Test",
+        coll::reduce_scatter_block,
+    ),
+    ("scan", "Scan Latency Test", coll::scan),
+    ("exscan", "Exscan Latency Test", coll::exscan),
+    ("tune", "Collective Tuner", coll::tune),
 ];
 
-const USAGE: &str =
-    "usage: ibcoll-bench <latency|bw|bibw> [-m MIN:MAX] [-i ITERS] [-x WARMUP] [-W WINDOW]";
+const USAGE: &str = "usage: ibcoll-bench <latency|bw|bibw|COLLECTIVE> [--algorithm NAME] [-m MIN:MAX] [-i ITERS] [-x WARMUP] [-W WINDOW]
+  COLLECTIVE: barrier bcast reduce allreduce gather gatherv scatter scatterv allgather allgatherv
+              alltoall alltoallv reduce_scatter reduce_scatter_block scan exscan
+  tune [-m MIN:MAX] [-i ITERS] [--collectives a,b] [--out FILE]: measure every algorithm, write a tuning table";
 
 fn parse_size(s: &str) -> Option<usize> {
     let s = s.trim();
@@ -54,6 +101,9 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
         iters: None,
         warmup: None,
         window: 64,
+        algorithm: None,
+        collectives: None,
+        out: None,
     };
     let mut i = 0;
     while i < args.len() {
@@ -76,6 +126,9 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
             }
             "-i" => o.iters = Some(val.parse().map_err(|_| "bad -i")?),
             "-x" => o.warmup = Some(val.parse().map_err(|_| "bad -x")?),
+            "--algorithm" | "-a" => o.algorithm = Some(val.clone()),
+            "--collectives" => o.collectives = Some(val.clone()),
+            "--out" | "-o" => o.out = Some(val.clone()),
             "-W" => o.window = val.parse::<usize>().map_err(|_| "bad -W")?.max(1),
             _ => return Err(format!("unknown option {flag}")),
         }

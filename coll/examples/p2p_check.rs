@@ -245,6 +245,9 @@ fn truncate(c: &Comm) {
             ok!(c, c.send(&[1u8; 100], 0, 1));
             ok!(c, c.send(&vec![2u8; big], 0, 2));
             ok!(c, c.send(&[3u8; 8], 0, 3));
+            // Large enough for the shm copy to be split between both sides.
+            let big2: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+            ok!(c, c.send(&big2, 0, 4));
         }
         0 => {
             let mut small = [0u8; 10];
@@ -274,6 +277,19 @@ fn truncate(c: &Comm) {
             let mut b = [0u8; 8];
             let st = ok!(c, c.recv(&mut b, 1, 3));
             check!(c, st.len == 8 && b == [3; 8], "after truncation: {st:?}");
+            let mut part = vec![0u8; 200_000];
+            match c.recv(&mut part, 1, 4) {
+                Err(Error::Truncated {
+                    message_len: 300_000,
+                    buffer_len: 200_000,
+                    ..
+                }) => check!(
+                    c,
+                    part.iter().enumerate().all(|(i, &x)| x == (i % 251) as u8),
+                    "truncated large message: wrong prefix"
+                ),
+                other => fail(c, format!("expected Truncated for tag 4, got {other:?}")),
+            }
         }
         _ => {}
     }

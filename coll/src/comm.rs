@@ -2,7 +2,7 @@
 //!
 //! Each communicator owns two context ids: an even one for user
 //! point-to-point traffic and the odd one after it for the library's own
-//! collective traffic (split, barrier, and the collectives to come), so the
+//! collective traffic (split and the collectives in `collectives.rs`), so the
 //! two never match each other's messages.
 
 use std::cell::RefCell;
@@ -21,15 +21,14 @@ pub const ANY_TAG: i32 = -1;
 pub const UNDEFINED: i32 = -1;
 
 const TAG_SPLIT: i32 = 1;
-const TAG_BARRIER: i32 = 2;
 
 /// A communicator.
 pub struct Comm {
-    eng: Rc<RefCell<Engine>>,
-    ctx: u32,
+    pub(crate) eng: Rc<RefCell<Engine>>,
+    pub(crate) ctx: u32,
     rank: usize,
     /// World rank of each member.
-    group: Rc<[usize]>,
+    pub(crate) group: Rc<[usize]>,
 }
 
 impl std::fmt::Debug for Comm {
@@ -334,23 +333,6 @@ impl Comm {
             Some(err) => Err(err),
             None => Ok(None),
         }
-    }
-
-    /// Blocks until every rank of the communicator has called it
-    /// (dissemination).
-    pub fn barrier(&self) -> Result<()> {
-        let n = self.size();
-        let mut k = 1;
-        while k < n {
-            let to = (self.rank + k) % n;
-            let from = (self.rank + n - k) % n;
-            let r = self.irecv_on(self.ctx + 1, &mut [], from, TAG_BARRIER)?;
-            self.send_on(self.ctx + 1, &[], to, TAG_BARRIER)
-                .map_err(|e| e.with_op(Op::Barrier))?;
-            r.wait().map_err(|e| e.with_op(Op::Barrier))?;
-            k *= 2;
-        }
-        Ok(())
     }
 
     /// Ring allgather of one fixed-size item per rank on the internal

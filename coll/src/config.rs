@@ -22,13 +22,15 @@ const fn e(name: &'static str, default: &'static str, doc: &'static str) -> Entr
 
 /// Every variable ibcoll reads (or that ibrun sets for it).
 pub const REGISTRY: &[Entry] = &[
-    e("IBCOLL_TRANSPORT", "auto", "channels to use: auto (shm on a node, tcp between nodes) or tcp (tcp everywhere, for testing)"),
+    e("IBCOLL_TRANSPORT", "auto", "channels to use: auto (shm on a node; rdma between nodes when a usable verbs device exists, else tcp), tcp (tcp everywhere, for testing) or rdma (rdma between every pair of ranks; an error without verbs)"),
     e("IBCOLL_EAGER_LIMIT", "32768", "shm: largest message (bytes) copied through the ring; larger ones use rendezvous (single copy by CMA); measured crossover on this machine is above 32 KiB"),
     e("IBCOLL_TCP_EAGER_LIMIT", "65536", "tcp: largest message (bytes) sent eagerly; larger ones use rendezvous (streamed into the user buffer)"),
     e("IBCOLL_SHM_RING_BYTES", "262144", "capacity of each shm ring (power of two, at least 2 * (eager limit + 64)); one per ordered pair of local ranks"),
     e("IBCOLL_SHM_PIPE_SLOTS", "4", "slots per pipelined-copy area (used when CMA is unavailable)"),
     e("IBCOLL_SHM_PIPE_CHUNK", "65536", "bytes per pipelined-copy slot (multiple of 64)"),
     e("IBCOLL_CMA", "auto", "single-copy transfers by process_vm_readv: auto (probe), on, off (always pipelined copy)"),
+    e("IBCOLL_SHM_SPLIT_MIN", "65536", "shm with CMA: rendezvous messages from this many bytes are copied by both sides at once (receiver reads the first half, sender writes the second); 0 = receiver copies alone"),
+    e("IBCOLL_SHM_CMA_CHUNK", "262144", "shm with CMA: bytes per process_vm_readv/writev call; records are handled between chunks"),
     e("IBCOLL_SPIN", "auto", "busy-poll iterations before yielding (auto: 2000, or 20 when the node is oversubscribed)"),
     e("IBCOLL_YIELD", "auto", "sched_yield calls before blocking (auto: 200, or 2000 when the node is oversubscribed)"),
     e("IBCOLL_BLOCK_MS", "100", "longest single block on the doorbell or in poll(2) before re-checking peers (ms)"),
@@ -36,11 +38,44 @@ pub const REGISTRY: &[Entry] = &[
     e("IBCOLL_PEER_TIMEOUT_MS", "10000", "bound on noticing a lost peer: tcp keepalive/user timeout (ms); local peers are checked every IBCOLL_BLOCK_MS"),
     e("IBCOLL_TCP_HOST", "auto", "host name or address peers use to reach this rank's tcp listener (auto: the hostname; peers on the same host use 127.0.0.1)"),
     e("IBCOLL_TCP_BUF_BYTES", "4194304", "SO_SNDBUF/SO_RCVBUF for tcp channels (0 leaves the kernel default)"),
+    e("IBCOLL_IB_DEVICE", "auto", "verbs device (rxe0, mlx5_0); a comma list (rxe0,rxe1) means node i uses entry i mod n; auto: first device with an active port and a usable address"),
+    e("IBCOLL_IB_PORT", "auto", "verbs port (1-based); auto: the first active one"),
+    e("IBCOLL_IB_GID_INDEX", "auto", "GID index (RoCE); auto: RoCE v2 IPv4-mapped first"),
+    e("IBCOLL_RDMA_EAGER_LIMIT", "8192", "rdma: largest message (bytes) sent eagerly through the peer's pre-posted receive buffers; this is the rendezvous threshold (larger messages go zero-copy between the registered user buffers)"),
+    e("IBCOLL_RDMA_RNDV", "auto", "rdma rendezvous: read (receiver RDMA-reads the sender's buffer, then FIN; one round trip less), write (receiver answers CTS with its buffer, sender RDMA-writes, then DONE), or auto (read up to IBCOLL_RDMA_READ_MAX, write above)"),
+    e("IBCOLL_RDMA_READ_MAX", "524288", "rdma, IBCOLL_RDMA_RNDV=auto: largest message (bytes) fetched by RDMA read; larger ones are RDMA-written (many large outstanding reads collapse on Soft-RoCE: measured)"),
+    e("IBCOLL_RDMA_RECV_BUFS", "64", "rdma: receive buffers (of eager limit + 64 bytes) pre-posted per peer = send credits each peer gets (at least 4)"),
+    e("IBCOLL_RDMA_CREDIT_UPDATE", "auto", "rdma: credits owed to a peer that trigger an explicit credit message when no traffic carries them back (auto: recv bufs / 4)"),
+    e("IBCOLL_RDMA_SEND_BUFS", "64", "rdma: registered send buffers per peer for eager messages too large to inline"),
+    e("IBCOLL_RDMA_TIMEOUT", "14", "rdma: RC ack timeout exponent (4.096 us * 2^n; 14 = 67 ms); with the retry count it bounds how long a dead peer's QP goes unnoticed"),
+    e("IBCOLL_RDMA_RETRY_CNT", "7", "rdma: RC transport retries (0-7) before a send fails with 'transport retry counter exceeded'"),
+    e("IBCOLL_RDMA_RNR_RETRY", "7", "rdma: RNR retries (7 = infinite; credits keep receivers from running out of buffers)"),
+    e("IBCOLL_RDMA_PID_CHECK", "on", "rdma: also check the pid of peers on the same host (virtual nodes) every IBCOLL_BLOCK_MS; off leaves dead-peer detection to the verbs heartbeat"),
+    e("IBCOLL_TUNING_FILE", "", "collectives: JSON selection table tried before the built-in one (format in docs/COLLECTIVES.md); an unreadable or invalid file is an error at the first collective"),
+    e("IBCOLL_BARRIER_ALGORITHM", "auto", "force the barrier algorithm: auto (selection table) or one of dissemination, tree"),
+    e("IBCOLL_BCAST_ALGORITHM", "auto", "force the bcast algorithm: auto (selection table) or one of binomial, scatter_allgather, chain"),
+    e("IBCOLL_REDUCE_ALGORITHM", "auto", "force the reduce algorithm: auto (selection table) or one of binomial, reduce_scatter_gather"),
+    e("IBCOLL_ALLREDUCE_ALGORITHM", "auto", "force the allreduce algorithm: auto (selection table) or one of recursive_doubling, ring, rabenseifner, node_aware"),
+    e("IBCOLL_GATHER_ALGORITHM", "auto", "force the gather algorithm: auto (selection table) or one of binomial, linear"),
+    e("IBCOLL_GATHERV_ALGORITHM", "auto", "force the gatherv algorithm: auto (selection table) or one of linear"),
+    e("IBCOLL_SCATTER_ALGORITHM", "auto", "force the scatter algorithm: auto (selection table) or one of binomial, linear"),
+    e("IBCOLL_SCATTERV_ALGORITHM", "auto", "force the scatterv algorithm: auto (selection table) or one of linear"),
+    e("IBCOLL_ALLGATHER_ALGORITHM", "auto", "force the allgather algorithm: auto (selection table) or one of ring, recursive_doubling, bruck"),
+    e("IBCOLL_ALLGATHERV_ALGORITHM", "auto", "force the allgatherv algorithm: auto (selection table) or one of ring, recursive_doubling, bruck"),
+    e("IBCOLL_ALLTOALL_ALGORITHM", "auto", "force the alltoall algorithm: auto (selection table) or one of pairwise, bruck, linear"),
+    e("IBCOLL_ALLTOALLV_ALGORITHM", "auto", "force the alltoallv algorithm: auto (selection table) or one of pairwise, linear"),
+    e("IBCOLL_REDUCE_SCATTER_ALGORITHM", "auto", "force the reduce_scatter algorithm: auto (selection table) or one of ring, recursive_halving"),
+    e("IBCOLL_REDUCE_SCATTER_BLOCK_ALGORITHM", "auto", "force the reduce_scatter_block algorithm: auto (selection table) or one of ring, recursive_halving"),
+    e("IBCOLL_SCAN_ALGORITHM", "auto", "force the scan algorithm: auto (selection table) or one of recursive_doubling"),
+    e("IBCOLL_EXSCAN_ALGORITHM", "auto", "force the exscan algorithm: auto (selection table) or one of recursive_doubling"),
     e("IBCOLL_NODE_ID", "(set by ibrun)", "this rank's node (virtual nodes under ibrun --nodes)"),
     e("IBCOLL_LOCAL_RANK", "(set by ibrun)", "this rank's index on its node"),
     e("IBCOLL_LOCAL_SIZE", "(set by ibrun)", "number of ranks on this rank's node"),
     e("IBCOLL_NUM_NODES", "(set by ibrun)", "number of nodes in the job"),
     e("IBCOLL_JOB_ID", "(set by ibrun)", "job name, unique on the machine while the job runs (names shm segments)"),
+    e("IBCOLL_BOOTSTRAP", "auto", "auto: PMI_FD, PMI_PORT, a Slurm step (srun --mpi=none) or a singleton; singleton: ignore Slurm's variables"),
+    e("IBCOLL_SLURM_PORT_BASE", "41000", "srun --mpi=none: first port of the range rank 0's key-value store is derived from (job and step ids, 8 fallbacks)"),
+    e("IBCOLL_BOOTSTRAP_TIMEOUT", "60", "srun --mpi=none: seconds the other tasks keep trying to reach rank 0's key-value store"),
 ];
 
 /// Which channels the engine may use.
@@ -50,6 +85,34 @@ pub enum TransportMode {
     Auto,
     /// tcp between every pair of distinct ranks.
     Tcp,
+    /// rdma between every pair of distinct ranks (verbs required).
+    Rdma,
+}
+
+/// Rendezvous protocol over rdma.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RndvMode {
+    /// The receiver reads the sender's buffer (RTS, READ, FIN).
+    Read,
+    /// The sender writes the receiver's buffer (RTS, CTS, WRITE, FIN).
+    Write,
+    /// Read up to `read_max` bytes, write above.
+    Auto,
+}
+
+/// The rdma channel's settings (`IBCOLL_RDMA_*`).
+#[derive(Debug, Clone)]
+pub struct RdmaConfig {
+    pub eager_limit: usize,
+    pub rndv: RndvMode,
+    pub read_max: usize,
+    pub recv_bufs: usize,
+    pub credit_update: usize,
+    pub send_bufs: usize,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub pid_check: bool,
 }
 
 /// Whether to use process_vm_readv.
@@ -70,6 +133,8 @@ pub struct Config {
     pub pipe_slots: usize,
     pub pipe_chunk: usize,
     pub cma: CmaMode,
+    pub shm_split_min: usize,
+    pub shm_cma_chunk: usize,
     /// `None` = auto.
     pub spins: Option<u32>,
     pub yields: Option<u32>,
@@ -78,6 +143,7 @@ pub struct Config {
     pub peer_timeout: Duration,
     pub tcp_host: Option<String>,
     pub tcp_buf_bytes: usize,
+    pub rdma: RdmaConfig,
 }
 
 /// Looks up a variable's raw value (environment, else registered default).
@@ -143,7 +209,8 @@ impl Config {
         let transport = match t.trim().to_ascii_lowercase().as_str() {
             "auto" | "" => TransportMode::Auto,
             "tcp" => TransportMode::Tcp,
-            _ => return Err(bad("IBCOLL_TRANSPORT", &t, "expected auto or tcp")),
+            "rdma" => TransportMode::Rdma,
+            _ => return Err(bad("IBCOLL_TRANSPORT", &t, "expected auto, tcp or rdma")),
         };
         let c = raw("IBCOLL_CMA");
         let cma = match c.trim().to_ascii_lowercase().as_str() {
@@ -211,6 +278,8 @@ impl Config {
             pipe_slots,
             pipe_chunk,
             cma,
+            shm_split_min: to_usize("IBCOLL_SHM_SPLIT_MIN", u64::MAX)?,
+            shm_cma_chunk: to_usize("IBCOLL_SHM_CMA_CHUNK", 1 << 30)?.max(4096),
             spins: opt_num("IBCOLL_SPIN")?,
             yields: opt_num("IBCOLL_YIELD")?,
             block,
@@ -218,6 +287,52 @@ impl Config {
             peer_timeout,
             tcp_host,
             tcp_buf_bytes: to_usize("IBCOLL_TCP_BUF_BYTES", 1 << 30)?,
+            rdma: RdmaConfig::from_env()?,
+        })
+    }
+}
+
+impl RdmaConfig {
+    fn from_env() -> Result<RdmaConfig> {
+        let small = |var: &'static str, min: u64, max: u64| -> Result<u64> {
+            let n = num(var)?;
+            if n < min || n > max {
+                return Err(bad(var, &raw(var), format!("must be in {min}..={max}")));
+            }
+            Ok(n)
+        };
+        let eager_limit = small("IBCOLL_RDMA_EAGER_LIMIT", 0, 1 << 20)? as usize;
+        let r = raw("IBCOLL_RDMA_RNDV");
+        let rndv = match r.trim().to_ascii_lowercase().as_str() {
+            "auto" | "" => RndvMode::Auto,
+            "read" => RndvMode::Read,
+            "write" => RndvMode::Write,
+            _ => return Err(bad("IBCOLL_RDMA_RNDV", &r, "expected auto, read or write")),
+        };
+        let recv_bufs = small("IBCOLL_RDMA_RECV_BUFS", 4, 4096)? as usize;
+        let cu = raw("IBCOLL_RDMA_CREDIT_UPDATE");
+        let credit_update = if cu.trim().eq_ignore_ascii_case("auto") {
+            (recv_bufs / 4).max(1)
+        } else {
+            small("IBCOLL_RDMA_CREDIT_UPDATE", 1, recv_bufs as u64 - 1)? as usize
+        };
+        let p = raw("IBCOLL_RDMA_PID_CHECK");
+        let pid_check = match p.trim().to_ascii_lowercase().as_str() {
+            "on" | "1" | "yes" | "" => true,
+            "off" | "0" | "no" => false,
+            _ => return Err(bad("IBCOLL_RDMA_PID_CHECK", &p, "expected on or off")),
+        };
+        Ok(RdmaConfig {
+            eager_limit,
+            rndv,
+            read_max: num("IBCOLL_RDMA_READ_MAX")? as usize,
+            recv_bufs,
+            credit_update,
+            send_bufs: small("IBCOLL_RDMA_SEND_BUFS", 2, 4096)? as usize,
+            timeout: small("IBCOLL_RDMA_TIMEOUT", 1, 31)? as u8,
+            retry_cnt: small("IBCOLL_RDMA_RETRY_CNT", 0, 7)? as u8,
+            rnr_retry: small("IBCOLL_RDMA_RNR_RETRY", 0, 7)? as u8,
+            pid_check,
         })
     }
 }

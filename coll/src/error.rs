@@ -15,6 +15,8 @@ pub enum Op {
     Dup,
     Barrier,
     Finalize,
+    /// A collective operation.
+    Collective(crate::algorithms::Collective),
 }
 
 impl fmt::Display for Op {
@@ -29,6 +31,7 @@ impl fmt::Display for Op {
             Op::Dup => "dup",
             Op::Barrier => "barrier",
             Op::Finalize => "finalize",
+            Op::Collective(c) => c.name(),
         };
         f.write_str(s)
     }

@@ -17,19 +17,33 @@
 //! as a singleton). Peers on the same node talk through shared memory,
 //! others through tcp; see `docs/ARCHITECTURE.md`.
 
+pub mod algorithms;
+pub mod collectives;
 pub mod comm;
 pub mod config;
 pub mod datatype;
 pub(crate) mod engine;
 pub mod error;
+pub mod ops;
 pub mod request;
+pub mod schedule;
+pub mod select;
+pub mod sim;
 pub mod transport;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+pub use algorithms::Collective;
+pub use collectives::CollRequest;
 pub use comm::{Comm, ANY_SOURCE, ANY_TAG, UNDEFINED};
 pub use datatype::Datatype;
 pub use error::{Error, Op, Result};
+/// Global-allocator wrapper that lets the rdma channel cache memory
+/// registrations safely (see `rdma/README.md`): install it with
+/// `#[global_allocator] static A: ibcoll::TrackingAlloc = ibcoll::TrackingAlloc::new(std::alloc::System);`.
+/// Without it, rendezvous buffers are registered per message.
+pub use ibcoll_rdma::TrackingAlloc;
+pub use ops::{ReduceOp, Reducible};
 pub use request::{wait_all, wait_any, Request, Status};
 
 static INITIALIZED: AtomicBool = AtomicBool::new(false);
@@ -51,6 +65,12 @@ pub fn init() -> Result<Comm> {
 
 /// The crate version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// What `ibcoll-info` reports about verbs here: the device and port the
+/// rdma channel would use, or why there is none.
+pub fn rdma_status() -> (bool, String) {
+    transport::rdma::status()
+}
 
 /// What `ibcoll-info` reports about single-copy transfers here.
 pub fn cma_status() -> (bool, String) {

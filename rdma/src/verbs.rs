@@ -161,6 +161,34 @@ impl CompletionChannel {
     }
 }
 
+impl CompletionChannel {
+    /// Consume every pending event on the channel (non-blocking) and
+    /// acknowledge each at once; for external event loops that poll
+    /// [`fd`](Self::fd) themselves and then poll their CQs. Returns how many
+    /// events were taken. Re-arm the CQs (`req_notify`) before sleeping again.
+    pub fn take_events(&self) -> Result<usize> {
+        let mut n = 0;
+        loop {
+            let mut ev_cq: *mut ibv_cq = ptr::null_mut();
+            let mut ev_ctx: *mut c_void = ptr::null_mut();
+            // SAFETY: the channel is alive; out-pointers are valid; the fd is
+            // non-blocking so this returns EAGAIN instead of sleeping.
+            let rc = unsafe { ibv_get_cq_event(self.ch, &mut ev_cq, &mut ev_ctx) };
+            if rc != 0 {
+                let e = crate::sys::errno();
+                if e == libc::EAGAIN || e == libc::EINTR {
+                    return Ok(n);
+                }
+                return Err(Error::verbs("ibv_get_cq_event", e, self.ctx.dev()));
+            }
+            // SAFETY: an event was just received for `ev_cq`; an unacked
+            // event keeps that CQ from being destroyed, so it is alive.
+            unsafe { ibv_ack_cq_events(ev_cq, 1) };
+            n += 1;
+        }
+    }
+}
+
 impl Drop for CompletionChannel {
     fn drop(&mut self) {
         // SAFETY: CQs using the channel hold an Arc to it, so none is left.
@@ -1270,7 +1298,20 @@ impl QueuePair {
     /// WR's completion — or that of a later signaled WR — has been polled or
     /// the QP has been destroyed. Address handles must outlive the WR.
     pub unsafe fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<()> {
-        const CHUNK: usize = 16;
+        if wrs.len() == 1 {
+            // The common case: no 16-entry array to zero on the hot path.
+            // SAFETY: forwarded contract.
+            return unsafe { self.post_send_n::<1>(wrs) };
+        }
+        // SAFETY: forwarded contract.
+        unsafe { self.post_send_n::<16>(wrs) }
+    }
+
+    /// [`post_send`](Self::post_send) in chains of at most `CHUNK` WRs.
+    ///
+    /// # Safety
+    /// As [`post_send`](Self::post_send).
+    unsafe fn post_send_n<const CHUNK: usize>(&self, wrs: &[SendWr<'_>]) -> Result<()> {
         for chunk in wrs.chunks(CHUNK) {
             // SAFETY: plain C structs; zero is valid for every field.
             let mut raw: [ibv_send_wr; CHUNK] =
@@ -1399,7 +1440,19 @@ impl QueuePair {
     /// # Safety
     /// As for [`post_recv`](Self::post_recv), for every entry.
     pub unsafe fn post_recvs(&self, items: &[(u64, Sge)]) -> Result<()> {
-        const CHUNK: usize = 32;
+        if items.len() <= 8 {
+            // SAFETY: forwarded contract.
+            return unsafe { self.post_recvs_n::<8>(items) };
+        }
+        // SAFETY: forwarded contract.
+        unsafe { self.post_recvs_n::<32>(items) }
+    }
+
+    /// [`post_recvs`](Self::post_recvs) in chains of at most `CHUNK` WRs.
+    ///
+    /// # Safety
+    /// As [`post_recvs`](Self::post_recvs).
+    unsafe fn post_recvs_n<const CHUNK: usize>(&self, items: &[(u64, Sge)]) -> Result<()> {
         for chunk in items.chunks(CHUNK) {
             // SAFETY: plain C structs; zero is valid.
             let mut raw: [ibv_recv_wr; CHUNK] =

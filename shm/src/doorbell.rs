@@ -24,6 +24,8 @@ use crate::layout::FALSE_SHARING_STRIDE;
 
 const AWAKE: u32 = 0;
 const ASLEEP: u32 = 1;
+/// Blocked in `poll(2)` with its wake-up FIFO (see [`crate::wake`]).
+const POLLING: u32 = 2;
 
 /// A doorbell word, alone in its 128 bytes. Zeroed memory is a valid,
 /// awake doorbell, so a fresh segment needs no initialisation.
@@ -68,14 +70,44 @@ impl Doorbell {
         unsafe { &*(ptr as *const Doorbell) }
     }
 
-    /// Wakes the owner if it said it is asleep; returns whether a wake
-    /// syscall was made. Call it after publishing the work.
+    /// Wakes the owner if it said it is asleep on the futex; returns whether
+    /// a wake syscall was made. Call it after publishing the work. An owner
+    /// blocked in `poll(2)` ([`sleep_polling`](Self::sleep_polling)) needs
+    /// [`ring_with`](Self::ring_with).
     #[inline]
     pub fn ring(&self) -> bool {
         fence(Ordering::SeqCst);
         if self.state.load(Ordering::Relaxed) != ASLEEP {
             return false;
         }
+        self.wake_futex()
+    }
+
+    /// Like [`ring`](Self::ring), and if the owner is blocked in `poll(2)`
+    /// calls `poke` (which writes the owner's wake-up FIFO). Returns whether
+    /// a sleeper was woken.
+    #[inline]
+    pub fn ring_with(&self, poke: impl FnOnce()) -> bool {
+        fence(Ordering::SeqCst);
+        match self.state.load(Ordering::Relaxed) {
+            AWAKE => false,
+            ASLEEP => self.wake_futex(),
+            s => {
+                // Of several ringers only the one that flips the state pokes.
+                let won = self
+                    .state
+                    .compare_exchange(s, AWAKE, Ordering::SeqCst, Ordering::Relaxed)
+                    .is_ok();
+                if won {
+                    poke();
+                }
+                won
+            }
+        }
+    }
+
+    #[cold]
+    fn wake_futex(&self) -> bool {
         // Of several ringers only the one that flips the state wakes.
         if self
             .state
@@ -86,6 +118,21 @@ impl Doorbell {
         }
         futex_wake(&self.state);
         true
+    }
+
+    /// Owner only: announces that it is about to block in `poll(2)` on
+    /// its wake-up FIFO (see [`crate::wake`]); ringers that use
+    /// [`ring_with`](Self::ring_with) poke the FIFO from now on. Re-check
+    /// for work after this (as [`sleep`](Self::sleep) does), then poll, then
+    /// call [`end_polling`](Self::end_polling).
+    pub fn begin_polling(&self) {
+        self.state.store(POLLING, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+    }
+
+    /// Owner only: awake again after [`begin_polling`](Self::begin_polling).
+    pub fn end_polling(&self) {
+        self.state.store(AWAKE, Ordering::Relaxed);
     }
 
     /// Owner only: announces sleep, re-checks `ready`, and blocks until rung

@@ -4,7 +4,8 @@
 //! `/dev/shm` ([`segment`], [`node`]), laid out by [`layout`]: a header, one
 //! single-producer/single-consumer record ring per ordered pair of local ranks
 //! ([`ring`]), one futex doorbell per rank for blocking waits ([`doorbell`]),
-//! one pid slot per rank, optional pipelined-copy areas ([`pipeline`]) and a
+//! one pid slot per rank (and, for ranks that also block in `poll(2)`, a wake-up
+//! FIFO: [`wake`]), optional pipelined-copy areas ([`pipeline`]) and a
 //! free `extra` area for collective fast paths. Large messages move with one
 //! copy through `process_vm_readv`/`process_vm_writev` ([`cma`]) when the
 //! kernel permits it, and through the pipeline areas otherwise.
@@ -22,6 +23,7 @@ pub mod node;
 pub mod pipeline;
 pub mod ring;
 pub mod segment;
+pub mod wake;
 
 pub use cma::{allow_peer_access, cma_probe, cma_read, cma_write, pid_alive};
 pub use doorbell::{Doorbell, SleepOutcome, WaitPolicy, WaitStep, Waiter};
@@ -32,3 +34,4 @@ pub use node::NodeSegment;
 pub use pipeline::{PipeReceiver, PipeSender};
 pub use ring::{RecordRef, RingConsumer, RingProducer};
 pub use segment::{cleanup_job, segment_name, Segment, SHM_DIR};
+pub use wake::{wake_path, WakeFifo, WakeWriter};

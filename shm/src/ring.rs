@@ -255,6 +255,13 @@ impl RingProducer {
                 .store(encode(KIND_PAD, pad, self.head), Ordering::Release);
             self.head += pad;
         }
+        // Zero the next header before writing this record: stores commit in
+        // order (x86), and that line may need a transfer from the consumer
+        // (it read it a lap ago); between this record's payload and header
+        // stores it would leave a window in which the consumer, polling
+        // this record's line, takes the line back and the header store
+        // needs a second transfer.
+        self.raw.header(self.head + n).store(0, Ordering::Relaxed);
         let mut dst = self.raw.cell_ptr(self.head).wrapping_add(HEADER);
         for p in parts {
             // SAFETY: the record's cells are free (the space check above,
@@ -267,7 +274,6 @@ impl RingProducer {
                 dst = dst.add(p.len());
             }
         }
-        self.raw.header(self.head + n).store(0, Ordering::Relaxed);
         self.raw
             .header(self.head)
             .store(encode(KIND_DATA, len as u64, self.head), Ordering::Release);
@@ -318,6 +324,13 @@ impl RingConsumer {
                 == 0;
         }
         h == 0
+    }
+
+    /// False if certainly no record is ready: one load of the header
+    /// word at the consumer's position (a padding record reads as maybe).
+    #[inline(always)]
+    pub fn maybe_ready(&self) -> bool {
+        self.raw.header(self.tail).load(Ordering::Acquire) != 0
     }
 
     /// The oldest unconsumed record, if one is ready. It stays in the ring

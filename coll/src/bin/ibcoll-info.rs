@@ -4,7 +4,18 @@
 fn main() {
     println!("ibcoll {}", ibcoll::VERSION);
     let (cma, why) = ibcoll::cma_status();
-    println!("transports: self, shm (same node), tcp (other nodes); rdma: not built in");
+    println!(
+        "transports: self, shm (same node), rdma (other nodes, verbs), tcp (other nodes, fallback)"
+    );
+    let (rdma, what) = ibcoll::rdma_status();
+    println!(
+        "rdma: {} ({what})",
+        if rdma {
+            "available"
+        } else {
+            "unavailable, tcp between nodes"
+        }
+    );
     println!(
         "shm single copy (CMA): {} ({why})",
         if cma {

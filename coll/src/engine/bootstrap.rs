@@ -1,11 +1,17 @@
 //! Building the engine: PMI, one exchange of per-rank cards (one fence),
-//! the node segment, tcp connections, and one channel per peer.
+//! the node segment, rdma queue pairs, tcp connections, and one channel per
+//! peer.
 //!
 //! Order: local rank 0 creates the node segment; every rank that has tcp
-//! peers binds a listener; everyone `put`s its card (pid, node, local rank,
-//! CMA ability, tcp address) and fences; then the others open the segment,
-//! and each pair of tcp peers connects (the lower rank connects, the higher
-//! accepts).
+//! peers binds a listener; a rank with peers on other nodes (or everywhere
+//! with `IBCOLL_TRANSPORT=rdma`) opens its verbs device and makes one RC QP
+//! per such peer; everyone `put`s its card (pid, node, local rank, CMA
+//! ability, tcp address, its QPs' addresses) and fences; then the others
+//! open the segment, each rdma pair connects its QPs (a pair uses rdma when
+//! both published a QP for the other), and each other pair of tcp peers
+//! connects (the lower rank connects, the higher accepts). When any pair
+//! uses rdma, a second fence makes sure every QP is ready to receive before
+//! anyone sends.
 
 use std::collections::VecDeque;
 use std::io::{Read, Write};
@@ -14,17 +20,19 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use ibcoll_launcher::Pmi;
+use ibcoll_rdma::QpInfo;
 use ibcoll_shm::{LayoutParams, NodeLayout, NodeSegment, ShmError};
 
 use super::{Engine, State};
 use crate::config::{CmaMode, Config, TransportMode};
 use crate::error::{Error, Op, Result};
 use crate::transport::local::LocalChannel;
+use crate::transport::rdma::RdmaSetup;
 use crate::transport::shm::ShmChannel;
 use crate::transport::tcp::{tune_socket, TcpChannel};
 use crate::transport::Channel;
 
-const CARD_VERSION: u8 = 1;
+const CARD_VERSION: u8 = 2;
 const HANDSHAKE_MAGIC: u32 = 0x1bc0_7c90;
 
 /// What every rank publishes about itself.
@@ -37,6 +45,18 @@ pub(crate) struct Card {
     /// `host:port` of the tcp listener, empty if none.
     pub addr: String,
     pub hostname: String,
+    /// Our RC QP for each peer that may use rdma: (peer rank, address).
+    pub rdma: Vec<(u32, QpInfo)>,
+}
+
+impl Card {
+    /// Our QP for `peer`, if we made one.
+    pub fn qp_for(&self, peer: usize) -> Option<&QpInfo> {
+        self.rdma
+            .iter()
+            .find(|(p, _)| *p as usize == peer)
+            .map(|(_, q)| q)
+    }
 }
 
 impl Card {
@@ -49,6 +69,11 @@ impl Card {
         for s in [&self.addr, &self.hostname] {
             v.extend_from_slice(&(s.len() as u16).to_le_bytes());
             v.extend_from_slice(s.as_bytes());
+        }
+        v.extend_from_slice(&(self.rdma.len() as u32).to_le_bytes());
+        for (p, q) in &self.rdma {
+            v.extend_from_slice(&p.to_le_bytes());
+            v.extend_from_slice(&q.to_bytes());
         }
         v
     }
@@ -77,6 +102,15 @@ impl Card {
         }
         let hostname = strs.pop()?;
         let addr = strs.pop()?;
+        let n = u32::from_le_bytes(rest.get(pos..pos + 4)?.try_into().ok()?) as usize;
+        pos += 4;
+        let mut rdma = Vec::with_capacity(n.min(1 << 16));
+        for _ in 0..n {
+            let p = u32::from_le_bytes(rest.get(pos..pos + 4)?.try_into().ok()?);
+            let q = QpInfo::from_bytes(rest.get(pos + 4..pos + 4 + QpInfo::WIRE_LEN)?).ok()?;
+            pos += 4 + QpInfo::WIRE_LEN;
+            rdma.push((p, q));
+        }
         Some(Card {
             pid,
             node,
@@ -84,6 +118,7 @@ impl Card {
             cma,
             addr,
             hostname,
+            rdma,
         })
     }
 }
@@ -192,6 +227,38 @@ impl Engine {
             listener = Some(l);
         }
 
+        // Rdma: one QP per peer that may be on another node (all peers when
+        // forced, or when the placement of the others is unknown).
+        let want_rdma = size > 1
+            && match cfg.transport {
+                TransportMode::Auto => num_nodes > 1,
+                TransportMode::Rdma => true,
+                TransportMode::Tcp => false,
+            };
+        let mut rdma = None;
+        let mut rdma_note = None;
+        if want_rdma {
+            let peers: Vec<usize> = (0..size)
+                .filter(|&r| {
+                    r != rank
+                        && (cfg.transport == TransportMode::Rdma || pmi.node_of(r) != Some(node_id))
+                })
+                .collect();
+            match RdmaSetup::new(&cfg, node_id, &peers) {
+                Ok(s) => rdma = Some(s),
+                Err(e) if cfg.transport == TransportMode::Rdma => {
+                    return Err(Error::Transport {
+                        rank,
+                        peer: rank,
+                        op: Op::Init,
+                        transport: "rdma",
+                        detail: format!("IBCOLL_TRANSPORT=rdma needs a usable verbs device: {e}"),
+                    })
+                }
+                Err(e) => rdma_note = Some(e),
+            }
+        }
+
         let card = Card {
             pid: std::process::id() as i32,
             node: node_id as u32,
@@ -199,6 +266,7 @@ impl Engine {
             cma,
             addr,
             hostname: host.clone(),
+            rdma: rdma.as_ref().map(|s| s.infos()).unwrap_or_default(),
         };
         if size > 1 {
             pmi.put(&format!("ibc{rank}"), &card.encode())
@@ -235,6 +303,14 @@ impl Engine {
         let mut chans: Vec<Option<Channel>> = (0..size).map(|_| None).collect();
         let mut shm_peers = Vec::new();
         let mut tcp_peers = Vec::new();
+        let mut rdma_peers = Vec::new();
+        // A pair uses rdma when both sides made a QP for each other (and it
+        // is not a shm pair); every rank computes the same from the cards.
+        let rdma_pair = |a: usize, b: usize| {
+            cards[a].qp_for(b).is_some()
+                && cards[b].qp_for(a).is_some()
+                && (cfg.transport == TransportMode::Rdma || cards[a].node != cards[b].node)
+        };
         let mut accept_from = Vec::new();
         for (r, c) in cards.iter().enumerate() {
             if r == rank {
@@ -256,7 +332,7 @@ impl Engine {
                 }
                 // SAFETY: `local_rank` is ours in this segment and this loop
                 // makes exactly one channel per peer.
-                let ch = unsafe {
+                let mut ch = unsafe {
                     ShmChannel::new(
                         n,
                         local_rank,
@@ -267,8 +343,34 @@ impl Engine {
                     )
                 }
                 .map_err(|e| shm_err(rank, e))?;
+                ch.split_min = cfg.shm_split_min;
+                ch.cma_chunk = cfg.shm_cma_chunk;
                 chans[r] = Some(Channel::Shm(ch));
                 shm_peers.push(r);
+            } else if rdma_pair(rank, r) && rdma.as_ref().is_some_and(|s| s.has(r)) {
+                let setup = rdma.as_mut().expect("checked");
+                let remote = cards[r].qp_for(rank).expect("checked");
+                let pid = (c.hostname == host).then_some(c.pid);
+                let pid = pid.filter(|_| cfg.rdma.pid_check);
+                let ch = setup
+                    .connect(r, remote, pid)
+                    .map_err(|e| Error::Transport {
+                        rank,
+                        peer: r,
+                        op: Op::Init,
+                        transport: "rdma",
+                        detail: e,
+                    })?;
+                chans[r] = Some(Channel::Rdma(Box::new(ch)));
+                rdma_peers.push(r);
+            } else if cfg.transport == TransportMode::Rdma {
+                return Err(Error::Transport {
+                    rank,
+                    peer: r,
+                    op: Op::Init,
+                    transport: "rdma",
+                    detail: "IBCOLL_TRANSPORT=rdma, but the peer published no queue pair for us (no usable verbs device there?)".into(),
+                });
             } else {
                 tcp_peers.push(r);
                 if r > rank {
@@ -309,6 +411,26 @@ impl Engine {
             .enumerate()
             .map(|(r, c)| c.ok_or_else(|| tcp_setup_err(rank, r, "no channel".into())))
             .collect::<Result<_>>()?;
+        // Every rank sees the same cards, so all agree on this fence.
+        let any_rdma = (0..size).any(|a| (a + 1..size).any(|b| rdma_pair(a, b)));
+        if any_rdma {
+            pmi.fence().map_err(pmi_err)?;
+        }
+        if rank == 0 && cfg.transport == TransportMode::Auto && num_nodes > 1 {
+            let tcp_between_nodes = (0..size)
+                .any(|a| (a + 1..size).any(|b| cards[a].node != cards[b].node && !rdma_pair(a, b)));
+            if tcp_between_nodes {
+                match &rdma_note {
+                    Some(why) => eprintln!(
+                        "ibcoll: no usable RDMA device ({}), using tcp between nodes",
+                        why.lines().next().unwrap_or("")
+                    ),
+                    None => eprintln!(
+                        "ibcoll: some ranks have no usable RDMA device, using tcp between their nodes"
+                    ),
+                }
+            }
+        }
 
         let over = oversubscribed(local_size);
         let spins = cfg.spins.unwrap_or(if over { 20 } else { 2000 });
@@ -322,6 +444,7 @@ impl Engine {
             chans,
             shm_peers,
             tcp_peers,
+            rdma_peers,
             node,
             local_rank,
             local_size,
@@ -334,6 +457,7 @@ impl Engine {
             next_ctx: 2,
             last_liveness: Instant::now(),
             any_failed: false,
+            wake: None,
         })
     }
 }
@@ -453,6 +577,16 @@ mod tests {
             cma: true,
             addr: "127.0.0.1:5555".into(),
             hostname: "h".into(),
+            rdma: vec![(
+                7,
+                QpInfo {
+                    qpn: 0x12,
+                    psn: 0x345,
+                    gid: ibcoll_rdma::Gid([1; 16]),
+                    lid: 0,
+                    mtu: ibcoll_rdma::Mtu::M1024,
+                },
+            )],
         };
         assert_eq!(Card::decode(&c.encode()), Some(c.clone()));
         let b = c.encode();

@@ -71,6 +71,12 @@ impl Matcher {
     /// arriving message.
     #[inline]
     pub fn take_posted(&mut self, ctx: u32, src: u32, tag: i32) -> Option<Token> {
+        // Usually the oldest posted receive is the one.
+        if let Some(p) = self.posted.front() {
+            if matches(p.ctx, p.src, p.tag, ctx, src, tag) {
+                return self.posted.pop_front().map(|p| p.token);
+            }
+        }
         let i = self
             .posted
             .iter()

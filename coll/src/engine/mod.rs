@@ -46,6 +46,18 @@ pub(crate) enum Action {
         token: Token,
         wanted: usize,
     },
+    /// Receiver (shm with CMA): the data of receive `token` (`wanted`
+    /// bytes into `buf`) is at `addr` in the sender, whose send is
+    /// `send_token`; the channel copies it (in chunks, possibly with the
+    /// sender's help) and answers FIN.
+    CmaRead {
+        peer: usize,
+        token: Token,
+        send_token: u64,
+        addr: u64,
+        buf: *mut u8,
+        wanted: usize,
+    },
     /// Sender: stream `len` bytes at `ptr` to the peer's receive `recv_token`.
     StartStream {
         peer: usize,
@@ -70,6 +82,25 @@ fn word(payload: &[u8]) -> std::result::Result<u64, String> {
         .try_into()
         .map_err(|_| format!("control payload of {} bytes, expected 8", payload.len()))?;
     Ok(u64::from_le_bytes(b))
+}
+
+/// The error a failed CMA transfer with world rank `peer` becomes.
+pub(crate) fn cma_error(rank: usize, peer: usize, op: ErrOp, e: ibcoll_shm::ShmError) -> Error {
+    match e {
+        ibcoll_shm::ShmError::PeerGone { pid, .. } => Error::PeerLost {
+            rank,
+            peer,
+            op,
+            reason: format!("process {pid} is gone"),
+        },
+        e => Error::Transport {
+            rank,
+            peer,
+            op,
+            transport: "shm",
+            detail: e.to_string(),
+        },
+    }
 }
 
 /// The outcome of a receive of a `msg_len`-byte message into `cap` bytes.
@@ -277,6 +308,34 @@ impl State {
         let (buf, cap) = (*buf, *cap);
         let wanted = msg_len.min(cap);
         if let (Some(pid), true) = (info.cma_pid, addr != 0) {
+            if wanted > 0 && !info.local {
+                // The channel copies in chunks between polls (so FINs and
+                // new RTSs are not held behind a long copy) and may split
+                // the copy with the sender.
+                if let Some(Op {
+                    kind: OpKind::Recv { stage, .. },
+                    ..
+                }) = self.ops.get_mut(tok)
+                {
+                    *stage = RecvStage::Streaming {
+                        peer,
+                        src,
+                        tag,
+                        msg_len,
+                        wanted,
+                        got: 0,
+                    };
+                }
+                self.actions.push_back(Action::CmaRead {
+                    peer,
+                    token: tok,
+                    send_token,
+                    addr,
+                    buf,
+                    wanted,
+                });
+                return;
+            }
             let res = if wanted == 0 {
                 Ok(())
             } else if info.local {
@@ -301,19 +360,7 @@ impl State {
             });
             let r = match res {
                 Ok(()) => self.recv_result(peer, src, tag, msg_len, cap),
-                Err(ibcoll_shm::ShmError::PeerGone { pid, .. }) => Err(Error::PeerLost {
-                    rank: self.rank,
-                    peer,
-                    op: ErrOp::Recv,
-                    reason: format!("process {pid} is gone"),
-                }),
-                Err(e) => Err(Error::Transport {
-                    rank: self.rank,
-                    peer,
-                    op: ErrOp::Recv,
-                    transport: "shm",
-                    detail: e.to_string(),
-                }),
+                Err(e) => Err(cma_error(self.rank, peer, ErrOp::Recv, e)),
             };
             if let Some(op) = self.ops.get_mut(tok) {
                 op.result = Some(r);
@@ -377,11 +424,55 @@ impl State {
         }
     }
 
-    /// `n` more bytes of streaming receive `tok` arrived.
-    pub fn recv_stream_advance(&mut self, tok: u64, n: usize) {
+    /// True while receive `tok` is still streaming (not completed or
+    /// failed), so its buffer may still be written.
+    pub fn recv_streaming(&self, tok: u64) -> bool {
+        matches!(
+            self.ops.get(tok),
+            Some(Op {
+                kind: OpKind::Recv {
+                    stage: RecvStage::Streaming { .. },
+                    ..
+                },
+                result: None,
+            })
+        )
+    }
+
+    /// Fails streaming receive `tok` (a copy of its data failed).
+    pub fn recv_stream_fail(&mut self, tok: u64, err: Error) {
+        if let Some(op) = self.ops.get_mut(tok) {
+            if op.result.is_none() {
+                op.result = Some(Err(err));
+            }
+        }
+    }
+
+    /// The buffer of send `tok` to `peer`, while it waits for the peer's
+    /// reply (RTS sent, no FIN yet).
+    pub fn send_awaiting(&self, tok: u64, peer: usize) -> Option<(*const u8, usize)> {
+        match self.ops.get(tok) {
+            Some(Op {
+                kind:
+                    OpKind::Send {
+                        peer: p,
+                        buf,
+                        len,
+                        stage: SendStage::AwaitReply,
+                        ..
+                    },
+                result: None,
+            }) if *p == peer => Some((*buf, *len)),
+            _ => None,
+        }
+    }
+
+    /// `n` more bytes of streaming receive `tok` arrived; true if that
+    /// completed it.
+    pub fn recv_stream_advance(&mut self, tok: u64, n: usize) -> bool {
         let rank = self.rank;
         let Some(op) = self.ops.get_mut(tok) else {
-            return;
+            return false;
         };
         let OpKind::Recv {
             cap,
@@ -397,12 +488,14 @@ impl State {
             ..
         } = &mut op.kind
         else {
-            return;
+            return false;
         };
         *got = (*got + n).min(*wanted);
         if *got == *wanted && op.result.is_none() {
             op.result = Some(recv_result(rank, *peer, *src, *tag, *msg_len, *cap));
+            return true;
         }
+        false
     }
 
     /// Streaming send `tok` has handed over its last byte.
@@ -483,6 +576,7 @@ pub(crate) struct Engine {
     ctl_retry: VecDeque<Action>,
     pub shm_peers: Vec<usize>,
     pub tcp_peers: Vec<usize>,
+    pub rdma_peers: Vec<usize>,
     pub node: Option<Rc<NodeSegment>>,
     pub local_rank: usize,
     pub local_size: usize,
@@ -497,6 +591,10 @@ pub(crate) struct Engine {
     pub next_ctx: u32,
     last_liveness: Instant,
     any_failed: bool,
+    /// This rank's wake-up FIFO, made on the first block of a rank with both
+    /// shm and socket/rdma peers (`Err` once making it failed: such a rank
+    /// falls back to bounded doorbell sleeps).
+    pub(crate) wake: Option<std::result::Result<ibcoll_shm::WakeFifo, ()>>,
 }
 
 impl Engine {
@@ -508,7 +606,17 @@ impl Engine {
         self.chans.len()
     }
 
+    #[inline]
     fn peer_err(&self, peer: usize, op: ErrOp) -> Option<Error> {
+        if matches!(self.chans[peer].health(), Health::Open) {
+            return None;
+        }
+        self.peer_err_slow(peer, op)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn peer_err_slow(&self, peer: usize, op: ErrOp) -> Option<Error> {
         match self.chans[peer].health() {
             Health::Open => None,
             Health::Closed => Some(Error::PeerLost {
@@ -690,7 +798,21 @@ impl Engine {
                     peer,
                     token,
                     wanted,
-                } => self.chans[peer].expect_stream(token, wanted),
+                } => {
+                    let buf = self
+                        .st
+                        .recv_stream_buf(token)
+                        .map_or(std::ptr::null_mut(), |b| b.as_mut_ptr());
+                    self.chans[peer].expect_stream(token, wanted, buf)
+                }
+                Action::CmaRead {
+                    peer,
+                    token,
+                    send_token,
+                    addr,
+                    buf,
+                    wanted,
+                } => self.chans[peer].start_cma_read(token, send_token, addr, buf, wanted),
                 Action::StartStream {
                     peer,
                     send_token,

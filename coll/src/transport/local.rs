@@ -32,11 +32,16 @@ impl LocalChannel {
         !self.queue.is_empty()
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn poll(&mut self, peer: usize, st: &mut State) -> usize {
         if self.queue.is_empty() {
             return 0;
         }
+        self.poll_slow(peer, st)
+    }
+
+    #[inline(never)]
+    fn poll_slow(&mut self, peer: usize, st: &mut State) -> usize {
         let info = PeerInfo {
             cma_pid: Some(self.pid),
             local: true,

@@ -7,12 +7,11 @@
 //! | [`local::LocalChannel`] (self) | queue in memory | receiver copies from the sender's buffer |
 //! | [`shm::ShmChannel`] (same node) | SPSC ring | receiver reads the sender's buffer by CMA, else pipelined copy |
 //! | [`tcp::TcpChannel`] (other node) | socket | DATA frame streamed into the user buffer |
-//!
-//! An rdma channel would be one more variant: records over an RC queue pair,
-//! rendezvous by RDMA read into the receive buffer (like CMA here).
+//! | [`rdma::RdmaChannel`] (other node, verbs) | SEND into pre-posted buffers, credits | RDMA read (or write) between the registered user buffers, then FIN |
 
 pub mod header;
 pub(crate) mod local;
+pub(crate) mod rdma;
 pub(crate) mod shm;
 pub(crate) mod tcp;
 
@@ -45,6 +44,7 @@ pub(crate) enum Channel {
     Local(local::LocalChannel),
     Shm(shm::ShmChannel),
     Tcp(tcp::TcpChannel),
+    Rdma(Box<rdma::RdmaChannel>),
 }
 
 impl Channel {
@@ -53,6 +53,7 @@ impl Channel {
             Channel::Local(_) => "self",
             Channel::Shm(_) => "shm",
             Channel::Tcp(_) => "tcp",
+            Channel::Rdma(_) => "rdma",
         }
     }
 
@@ -63,6 +64,7 @@ impl Channel {
             Channel::Local(c) => c.eager_limit,
             Channel::Shm(c) => c.eager_limit,
             Channel::Tcp(c) => c.eager_limit,
+            Channel::Rdma(c) => c.eager_limit,
         }
     }
 
@@ -74,6 +76,7 @@ impl Channel {
             Channel::Local(c) => c.try_send(hdr, payload),
             Channel::Shm(c) => c.try_send(hdr, payload),
             Channel::Tcp(c) => c.try_send(hdr, payload),
+            Channel::Rdma(c) => c.try_send(hdr, payload),
         }
     }
 
@@ -83,6 +86,8 @@ impl Channel {
         match self {
             Channel::Local(_) => buf as u64,
             Channel::Shm(c) if c.cma => buf as u64,
+            // The rdma channel registers it and sends its key along.
+            Channel::Rdma(_) => buf as u64,
             _ => 0,
         }
     }
@@ -97,7 +102,7 @@ impl Channel {
                 cma_pid: c.cma.then_some(c.peer_pid),
                 local: false,
             },
-            Channel::Tcp(_) => PeerInfo {
+            Channel::Tcp(_) | Channel::Rdma(_) => PeerInfo {
                 cma_pid: None,
                 local: false,
             },
@@ -105,12 +110,24 @@ impl Channel {
     }
 
     /// Moves whatever can move now; returns how many things happened.
-    #[inline]
+    #[inline(always)]
     pub fn poll(&mut self, peer: usize, st: &mut State) -> usize {
+        // Self and shm polls start with an inlined idle check, so an idle
+        // pass over them stays a few loads; the others are called out of
+        // line to keep this small enough to inline into the progress loop.
         match self {
             Channel::Local(c) => c.poll(peer, st),
             Channel::Shm(c) => c.poll(peer, st),
+            _ => self.poll_net(peer, st),
+        }
+    }
+
+    #[inline(never)]
+    fn poll_net(&mut self, peer: usize, st: &mut State) -> usize {
+        match self {
             Channel::Tcp(c) => c.poll(peer, st),
+            Channel::Rdma(c) => c.poll(peer, st),
+            Channel::Local(_) | Channel::Shm(_) => 0,
         }
     }
 
@@ -121,22 +138,44 @@ impl Channel {
             Channel::Local(_) => {}
             Channel::Shm(c) => c.start_stream(send_token, ptr, len),
             Channel::Tcp(c) => c.start_stream(send_token, recv_token, ptr, len),
+            Channel::Rdma(c) => c.start_stream(send_token, recv_token, ptr, len),
         }
     }
 
     /// Receiver side, before CTS: `wanted` bytes for `recv_token` will
-    /// arrive as a stream (only the shm pipe needs to know in advance).
-    pub fn expect_stream(&mut self, recv_token: Token, wanted: usize) {
-        if let Channel::Shm(c) = self {
-            c.expect_stream(recv_token, wanted);
+    /// arrive as a stream into `buf` (the shm pipe needs to know in
+    /// advance; rdma registers `buf` and names it in the CTS).
+    pub fn expect_stream(&mut self, recv_token: Token, wanted: usize, buf: *mut u8) {
+        match self {
+            Channel::Shm(c) => c.expect_stream(recv_token, wanted),
+            Channel::Rdma(c) => c.expect_stream(recv_token, wanted, buf),
+            _ => {}
         }
     }
 
+    /// Receiver side, shm with CMA: copy `wanted` bytes at `addr` in the
+    /// peer (send `send_token`) into `buf` for receive `recv_token`, then
+    /// answer FIN.
+    pub fn start_cma_read(
+        &mut self,
+        recv_token: Token,
+        send_token: u64,
+        addr: u64,
+        buf: *mut u8,
+        wanted: usize,
+    ) {
+        if let Channel::Shm(c) = self {
+            c.start_cma_read(recv_token, send_token, addr, buf, wanted);
+        }
+    }
+
+    #[inline(always)]
     pub fn health(&self) -> &Health {
         match self {
             Channel::Local(_) => &Health::Open,
             Channel::Shm(c) => &c.health,
             Channel::Tcp(c) => &c.health,
+            Channel::Rdma(c) => &c.health,
         }
     }
 
@@ -147,6 +186,7 @@ impl Channel {
             Channel::Local(c) => c.has_backlog(),
             Channel::Shm(c) => c.has_backlog(),
             Channel::Tcp(c) => c.has_backlog(),
+            Channel::Rdma(c) => c.has_backlog(),
         }
     }
 
@@ -155,6 +195,7 @@ impl Channel {
     pub fn check_alive(&mut self) -> Option<String> {
         match self {
             Channel::Shm(c) => c.check_alive(),
+            Channel::Rdma(c) => c.check_alive(),
             _ => None,
         }
     }
@@ -165,6 +206,7 @@ impl Channel {
             Channel::Local(_) => {}
             Channel::Shm(c) => c.health = Health::Failed(reason),
             Channel::Tcp(c) => c.health = Health::Failed(reason),
+            Channel::Rdma(c) => c.fail(reason),
         }
     }
 }

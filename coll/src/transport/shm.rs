@@ -1,12 +1,31 @@
 //! The channel to a peer on the same node: one SPSC ring each way in the
 //! node segment, the peer's futex doorbell rung after every push (free when
-//! the peer is awake), and for rendezvous either a single-copy read by the
-//! receiver (CMA) or a pipelined copy through the pair's pipe area.
+//! the peer is awake), and for rendezvous either a single copy by CMA or a
+//! pipelined copy through the pair's pipe area.
+//!
+//! # Rendezvous by CMA
+//! The receiver, once an RTS matched, copies the sender's buffer with
+//! `process_vm_readv` in chunks of [`CMA_CHUNK`] bytes, one chunk per poll,
+//! so records that arrive meanwhile (FINs, new RTSs) are handled between
+//! chunks. From [`SPLIT_MIN`] bytes on, both cores copy: the receiver reads
+//! the first half and asks the sender (PUT) to write the second half into
+//! the receive buffer with `process_vm_writev`; the sender answers PUT_DONE
+//! with the bytes it wrote (fewer if a write failed: the receiver then reads
+//! the rest itself). The receive completes when all bytes are in; only then
+//! does the receiver send FIN, so the sender's buffer stays borrowed until
+//! both copies are over, and the receiver's until the sender's write is.
+//!
+//! PUT and PUT_DONE are DATA records on the ring (the shm channel has no
+//! other use for DATA), told apart by `tag`, and never reach the engine:
+//! - PUT: `seq` = send token, `len` = bytes to write, payload = receiver's
+//!   destination address, offset in the send buffer, receive token;
+//! - PUT_DONE: `seq` = receive token, `len` = bytes written, payload =
+//!   bytes asked for, offset.
 
 use std::collections::VecDeque;
 use std::rc::Rc;
 
-use ibcoll_shm::{NodeSegment, PipeReceiver, PipeSender, RingConsumer, RingProducer};
+use ibcoll_shm::{NodeSegment, PipeReceiver, PipeSender, RingConsumer, RingProducer, WakeWriter};
 
 use super::header::{Header, Kind, HEADER_LEN};
 use super::{Health, PeerInfo};
@@ -15,6 +34,57 @@ use crate::engine::State;
 
 /// Records handled per poll, so one busy peer cannot starve the others.
 const POLL_BATCH: usize = 32;
+
+/// Bytes copied by one CMA call (one per poll and direction).
+pub(crate) const CMA_CHUNK: usize = 256 * 1024;
+
+/// Smallest rendezvous message whose copy is split between receiver and
+/// sender.
+pub(crate) const SPLIT_MIN: usize = 64 * 1024;
+
+const TAG_PUT: i32 = 1;
+const TAG_PUT_DONE: i32 = 2;
+
+/// A part of a receive this side copies by `process_vm_readv`.
+struct CmaRead {
+    recv_token: Token,
+    /// Sender's buffer address (of byte 0 of the message).
+    remote: usize,
+    buf: *mut u8,
+    off: usize,
+    end: usize,
+}
+
+/// A receive being copied by CMA.
+struct RndvIn {
+    recv_token: Token,
+    send_token: u64,
+    remote: usize,
+    buf: *mut u8,
+    /// The sender is writing part of it (PUT sent, no PUT_DONE yet).
+    put_out: bool,
+    err: Option<crate::error::Error>,
+}
+
+/// A part of a send this side writes into the receiver by
+/// `process_vm_writev` (asked for by PUT).
+struct CmaPut {
+    send_token: Token,
+    recv_token: u64,
+    src: *const u8,
+    /// Receiver's address of byte `start` of the message.
+    dst: usize,
+    start: usize,
+    off: usize,
+    end: usize,
+}
+
+/// A control record waiting for ring space.
+struct CtlRec {
+    hdr: Header,
+    payload: [u8; 24],
+    plen: usize,
+}
 
 struct OutStream {
     send_token: Token,
@@ -34,18 +104,36 @@ pub(crate) struct ShmChannel {
     // segment, so they are dropped before `node`.
     tx: RingProducer,
     rx: RingConsumer,
-    pipe_tx: Option<PipeSender>,
-    pipe_rx: Option<PipeReceiver>,
+    /// Everything an eager message does not touch, out of line.
+    slow: Box<Slow>,
     node: Rc<NodeSegment>,
     peer_local: usize,
     pub peer_pid: i32,
     /// Both sides can read each other's memory by CMA.
     pub cma: bool,
+    /// Some queue of `slow` (streams, CMA copies, control records) is not
+    /// empty: poll must look at more than the ring.
+    busy: bool,
     pub eager_limit: usize,
     pub health: Health,
+    /// Split copies from this many bytes (0: never).
+    pub split_min: usize,
+    pub cma_chunk: usize,
+}
+
+/// The rendezvous and wake-up state of a [`ShmChannel`].
+struct Slow {
+    pipe_tx: Option<PipeSender>,
+    pipe_rx: Option<PipeReceiver>,
     out_streams: VecDeque<OutStream>,
     in_streams: VecDeque<InStream>,
     scratch: Vec<u8>,
+    reads: VecDeque<CmaRead>,
+    rndv_in: Vec<RndvIn>,
+    puts: VecDeque<CmaPut>,
+    ctl: VecDeque<CtlRec>,
+    /// The peer's wake-up FIFO, opened the first time it sleeps in poll(2).
+    wake: Option<WakeWriter>,
 }
 
 impl ShmChannel {
@@ -81,18 +169,46 @@ impl ShmChannel {
         Ok(ShmChannel {
             tx,
             rx,
-            pipe_tx,
-            pipe_rx,
+            slow: Box::new(Slow {
+                pipe_tx,
+                pipe_rx,
+                out_streams: VecDeque::new(),
+                in_streams: VecDeque::new(),
+                scratch: Vec::new(),
+                reads: VecDeque::new(),
+                rndv_in: Vec::new(),
+                puts: VecDeque::new(),
+                ctl: VecDeque::new(),
+                wake: None,
+            }),
             node,
             peer_local,
             peer_pid,
             cma,
+            busy: false,
             eager_limit,
             health: Health::Open,
-            out_streams: VecDeque::new(),
-            in_streams: VecDeque::new(),
-            scratch: Vec::new(),
+            split_min: SPLIT_MIN,
+            cma_chunk: CMA_CHUNK,
         })
+    }
+
+    /// Wakes the peer if it sleeps: a futex wake, or a byte into its
+    /// wake-up FIFO when it blocks in poll(2) (it also has socket peers).
+    /// One fence and one load while it is awake.
+    #[inline]
+    fn ring_peer(&mut self) {
+        let bell = self.node.doorbell(self.peer_local);
+        let wake = &mut self.slow.wake;
+        bell.ring_with(|| {
+            wake.get_or_insert_with(|| {
+                WakeWriter::new(ibcoll_shm::wake_path(
+                    self.node.segment().name(),
+                    self.peer_local,
+                ))
+            })
+            .poke();
+        });
     }
 
     #[inline]
@@ -101,16 +217,17 @@ impl ShmChannel {
         if !self.tx.try_push(&[&h, payload]) {
             return false;
         }
-        self.node.doorbell(self.peer_local).ring();
+        self.ring_peer();
         true
     }
 
     pub fn has_backlog(&self) -> bool {
-        !self.out_streams.is_empty()
+        !self.slow.out_streams.is_empty()
     }
 
     pub fn start_stream(&mut self, send_token: Token, ptr: *const u8, len: usize) {
-        self.out_streams.push_back(OutStream {
+        self.busy = true;
+        self.slow.out_streams.push_back(OutStream {
             send_token,
             ptr,
             len,
@@ -119,11 +236,244 @@ impl ShmChannel {
     }
 
     pub fn expect_stream(&mut self, recv_token: Token, wanted: usize) {
-        self.in_streams.push_back(InStream {
+        self.busy = true;
+        self.slow.in_streams.push_back(InStream {
             recv_token,
             wanted,
             got: 0,
         });
+    }
+
+    /// Receiver side: see [`super::Channel::start_cma_read`].
+    pub fn start_cma_read(
+        &mut self,
+        recv_token: Token,
+        send_token: u64,
+        addr: u64,
+        buf: *mut u8,
+        wanted: usize,
+    ) {
+        self.busy = true;
+        let remote = addr as usize;
+        // Split on a page boundary, so each side walks its own pages.
+        let half = if self.split_min > 0 && wanted >= self.split_min {
+            (wanted / 2) & !4095
+        } else {
+            0
+        };
+        let mine = if half > 0 { half } else { wanted };
+        if half > 0 {
+            let mut put = Header::new(Kind::Data);
+            put.tag = TAG_PUT;
+            put.seq = send_token;
+            put.len = (wanted - half) as u64;
+            let mut p = [0u8; 24];
+            p[..8].copy_from_slice(&(buf as u64 + half as u64).to_le_bytes());
+            p[8..16].copy_from_slice(&(half as u64).to_le_bytes());
+            p[16..].copy_from_slice(&recv_token.to_le_bytes());
+            self.send_ctl(put, p, 24);
+        }
+        self.slow.rndv_in.push(RndvIn {
+            recv_token,
+            send_token,
+            remote,
+            buf,
+            put_out: half > 0,
+            err: None,
+        });
+        self.slow.reads.push_back(CmaRead {
+            recv_token,
+            remote,
+            buf,
+            off: 0,
+            end: mine,
+        });
+    }
+
+    /// Sends a control record now, or queues it behind earlier ones.
+    fn send_ctl(&mut self, hdr: Header, payload: [u8; 24], plen: usize) {
+        if self.slow.ctl.is_empty() && self.try_send(&hdr, &payload[..plen]) {
+            return;
+        }
+        self.busy = true;
+        self.slow.ctl.push_back(CtlRec { hdr, payload, plen });
+    }
+
+    fn flush_ctl(&mut self) -> usize {
+        let mut n = 0;
+        while let Some(c) = self.slow.ctl.front() {
+            let (hdr, payload, plen) = (c.hdr, c.payload, c.plen);
+            if !self.try_send(&hdr, &payload[..plen]) {
+                break;
+            }
+            self.slow.ctl.pop_front();
+            n += 1;
+        }
+        n
+    }
+
+    /// Receiver: completes (or fails) receive `i` of `rndv_in` once nothing
+    /// is left to copy, and answers FIN.
+    fn settle(&mut self, i: usize, st: &mut State, completed: bool) {
+        let r = &self.slow.rndv_in[i];
+        let tok = r.recv_token;
+        if !completed
+            && (r.put_out || r.err.is_none() || self.slow.reads.iter().any(|x| x.recv_token == tok))
+        {
+            return;
+        }
+        let r = self.slow.rndv_in.swap_remove(i);
+        if let Some(e) = r.err {
+            st.recv_stream_fail(tok, e);
+        }
+        let mut fin = Header::new(Kind::Fin);
+        fin.seq = r.send_token;
+        self.send_ctl(fin, [0; 24], 0);
+    }
+
+    /// Handles a PUT or PUT_DONE record.
+    fn on_data(&mut self, peer: usize, st: &mut State, h: &Header, p: &[u8]) -> Result<(), String> {
+        let w = |i: usize| -> Result<u64, String> {
+            p.get(i * 8..i * 8 + 8)
+                .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+                .ok_or_else(|| format!("shm DATA record of {} bytes is short", p.len()))
+        };
+        match h.tag {
+            TAG_PUT => {
+                let (dst, start, recv_token) = (w(0)?, w(1)? as usize, w(2)?);
+                let n = h.len as usize;
+                let Some((src, len)) = st.send_awaiting(h.seq, peer) else {
+                    return Err(format!("PUT for unknown send {:#x}", h.seq));
+                };
+                if !self.cma || start.checked_add(n).map_or(true, |e| e > len) || n == 0 {
+                    return Err(format!(
+                        "PUT of {n} bytes at {start} does not fit send of {len}"
+                    ));
+                }
+                self.slow.puts.push_back(CmaPut {
+                    send_token: h.seq,
+                    recv_token,
+                    src,
+                    dst: dst as usize,
+                    start,
+                    off: start,
+                    end: start + n,
+                });
+            }
+            TAG_PUT_DONE => {
+                let tok = h.seq;
+                let written = h.len as usize;
+                let (asked, start) = (w(0)? as usize, w(1)? as usize);
+                let Some(i) = self.slow.rndv_in.iter().position(|r| r.recv_token == tok) else {
+                    // The receive failed meanwhile (its peer is gone).
+                    return Ok(());
+                };
+                if written > asked {
+                    return Err(format!("PUT_DONE says {written} of {asked} bytes"));
+                }
+                let r = &mut self.slow.rndv_in[i];
+                r.put_out = false;
+                if written < asked && r.err.is_none() {
+                    // The sender could not write it all: read the rest.
+                    self.slow.reads.push_back(CmaRead {
+                        recv_token: tok,
+                        remote: r.remote,
+                        buf: r.buf,
+                        off: start + written,
+                        end: start + asked,
+                    });
+                }
+                let done = written > 0 && st.recv_stream_advance(tok, written);
+                self.settle(i, st, done);
+            }
+            t => return Err(format!("shm DATA record with unknown tag {t}")),
+        }
+        Ok(())
+    }
+
+    /// One chunk of the oldest CMA read and of the oldest CMA write.
+    fn poll_cma(&mut self, peer: usize, st: &mut State) -> usize {
+        let mut n = 0;
+        if let Some(r) = self.slow.reads.front_mut() {
+            n += 1;
+            let tok = r.recv_token;
+            if !st.recv_streaming(tok) {
+                // Failed meanwhile (peer lost): drop it.
+                self.slow.reads.pop_front();
+                self.slow.rndv_in.retain(|x| x.recv_token != tok);
+            } else {
+                let c = (r.end - r.off).min(self.cma_chunk);
+                // SAFETY: the receive is still streaming, so its Request
+                // still borrows `wanted >= r.end` bytes at `r.buf` mutably;
+                // `off + c <= end`.
+                let dst = unsafe { std::slice::from_raw_parts_mut(r.buf.add(r.off), c) };
+                let res = ibcoll_shm::cma_read(self.peer_pid, r.remote + r.off, dst);
+                let (mut completed, mut failed) = (false, None);
+                match res {
+                    Ok(()) => {
+                        r.off += c;
+                        completed = st.recv_stream_advance(tok, c);
+                        if r.off == r.end {
+                            self.slow.reads.pop_front();
+                        }
+                    }
+                    Err(e) => {
+                        failed = Some(crate::engine::cma_error(
+                            st.rank,
+                            peer,
+                            crate::error::Op::Recv,
+                            e,
+                        ));
+                        self.slow.reads.pop_front();
+                    }
+                }
+                if completed
+                    || failed.is_some()
+                    || self
+                        .slow
+                        .reads
+                        .front()
+                        .map_or(true, |x| x.recv_token != tok)
+                {
+                    if let Some(i) = self.slow.rndv_in.iter().position(|x| x.recv_token == tok) {
+                        if failed.is_some() {
+                            self.slow.rndv_in[i].err = failed;
+                        }
+                        self.settle(i, st, completed);
+                    }
+                }
+            }
+        }
+        if let Some(p) = self.slow.puts.front_mut() {
+            n += 1;
+            if st.send_awaiting(p.send_token, peer).is_none() {
+                // Failed meanwhile (peer lost): nobody waits for the rest.
+                self.slow.puts.pop_front();
+            } else {
+                let c = (p.end - p.off).min(self.cma_chunk);
+                // SAFETY: the send waits for the receiver's FIN, which comes
+                // only after our PUT_DONE, so its Request still borrows
+                // `len >= p.end` bytes at `p.src`.
+                let src = unsafe { std::slice::from_raw_parts(p.src.add(p.off), c) };
+                let ok =
+                    ibcoll_shm::cma_write(self.peer_pid, p.dst + (p.off - p.start), src).is_ok();
+                if ok {
+                    p.off += c;
+                }
+                if !ok || p.off == p.end {
+                    let mut d = Header::new(Kind::Data);
+                    d.tag = TAG_PUT_DONE;
+                    d.seq = p.recv_token;
+                    d.len = (p.off - p.start) as u64;
+                    let mut pl = [0u8; 24];
+                    pl[..8].copy_from_slice(&((p.end - p.start) as u64).to_le_bytes());
+                    pl[8..16].copy_from_slice(&(p.start as u64).to_le_bytes());
+                    self.slow.puts.pop_front();
+                    self.send_ctl(d, pl, 16);
+                }
+            }
+        }
+        n
     }
 
     pub fn check_alive(&mut self) -> Option<String> {
@@ -133,14 +483,25 @@ impl ShmChannel {
         Some(format!("process {} is gone", self.peer_pid))
     }
 
-    #[inline]
+    /// Handles what arrived and moves what can move; an idle check (one
+    /// load of the next ring cell, one flag) is all an idle poll costs.
+    #[inline(always)]
     pub fn poll(&mut self, peer: usize, st: &mut State) -> usize {
+        if !self.busy && !self.rx.maybe_ready() {
+            return 0;
+        }
+        self.poll_slow(peer, st)
+    }
+
+    #[inline(never)]
+    fn poll_slow(&mut self, peer: usize, st: &mut State) -> usize {
         let mut n = 0;
         if self.health == Health::Open || !self.rx.is_empty() {
             let info = PeerInfo {
                 cma_pid: self.cma.then_some(self.peer_pid),
                 local: false,
             };
+            let mut data = None;
             while n < POLL_BATCH {
                 let Some(rec) = self.rx.peek() else { break };
                 let bytes = rec.bytes();
@@ -149,10 +510,24 @@ impl ShmChannel {
                         self.health = Health::Closed;
                         Ok(())
                     }
+                    Ok(h) if h.kind == Kind::Data => {
+                        // Handled once the record is released (it borrows
+                        // the ring); its payload is at most 24 bytes.
+                        let pl = &bytes[HEADER_LEN..];
+                        let k = pl.len().min(24);
+                        let mut p = [0u8; 24];
+                        p[..k].copy_from_slice(&pl[..k]);
+                        data = Some((h, p, k));
+                        Ok(())
+                    }
                     Ok(h) => st.on_record(peer, info, &h, &bytes[HEADER_LEN..]),
                     Err(e) => Err(format!("bad header on the shm ring: {e}")),
                 };
                 rec.consume();
+                let res = match (res, data.take()) {
+                    (Ok(()), Some((h, p, k))) => self.on_data(peer, st, &h, &p[..k]),
+                    (res, _) => res,
+                };
                 n += 1;
                 if let Err(e) = res {
                     self.health = Health::Failed(e);
@@ -161,18 +536,31 @@ impl ShmChannel {
             }
             if n > 0 {
                 // The peer may be asleep waiting for ring space.
-                self.node.doorbell(self.peer_local).ring();
+                self.ring_peer();
             }
         }
-        if !self.out_streams.is_empty() || !self.in_streams.is_empty() {
+        if !self.slow.out_streams.is_empty() || !self.slow.in_streams.is_empty() {
             n += self.poll_pipes(st);
         }
+        if !self.slow.reads.is_empty() || !self.slow.puts.is_empty() || !self.slow.ctl.is_empty() {
+            n += self.flush_ctl();
+            n += self.poll_cma(peer, st);
+        }
+        self.busy = !self.slow.out_streams.is_empty()
+            || !self.slow.in_streams.is_empty()
+            || !self.slow.reads.is_empty()
+            || !self.slow.puts.is_empty()
+            || !self.slow.ctl.is_empty();
         n
     }
 
     fn poll_pipes(&mut self, st: &mut State) -> usize {
         let mut n = 0;
-        if let (Some(front), Some(tx)) = (self.out_streams.front_mut(), self.pipe_tx.as_mut()) {
+        let mut ring = false;
+        if let (Some(front), Some(tx)) = (
+            self.slow.out_streams.front_mut(),
+            self.slow.pipe_tx.as_mut(),
+        ) {
             // SAFETY: the send's Request borrows `len` bytes at `ptr` until
             // the operation completes, which happens only below, after the
             // last byte has been copied out.
@@ -181,14 +569,16 @@ impl ShmChannel {
             if sent > 0 {
                 front.off += sent;
                 n += 1;
-                self.node.doorbell(self.peer_local).ring();
+                ring = true;
             }
             if front.off == front.len {
                 st.send_stream_done(front.send_token);
-                self.out_streams.pop_front();
+                self.slow.out_streams.pop_front();
             }
         }
-        if let (Some(front), Some(rx)) = (self.in_streams.front_mut(), self.pipe_rx.as_mut()) {
+        if let (Some(front), Some(rx)) =
+            (self.slow.in_streams.front_mut(), self.slow.pipe_rx.as_mut())
+        {
             let left = front.wanted - front.got;
             let got = match st.recv_stream_buf(front.recv_token) {
                 Some(dst) => {
@@ -197,8 +587,8 @@ impl ShmChannel {
                 }
                 None => {
                     // The receive failed meanwhile: drain and drop its bytes.
-                    self.scratch.resize(left.min(1 << 16), 0);
-                    rx.try_recv(&mut self.scratch)
+                    self.slow.scratch.resize(left.min(1 << 16), 0);
+                    rx.try_recv(&mut self.slow.scratch)
                 }
             };
             if got > 0 {
@@ -206,11 +596,15 @@ impl ShmChannel {
                 n += 1;
                 st.recv_stream_advance(front.recv_token, got);
                 // The sender may be asleep waiting for a free slot.
-                self.node.doorbell(self.peer_local).ring();
+                ring = true;
             }
             if front.got == front.wanted {
-                self.in_streams.pop_front();
+                self.slow.in_streams.pop_front();
             }
+        }
+        if ring {
+            // The peer may be asleep waiting for data or a free slot.
+            self.ring_peer();
         }
         n
     }

@@ -1,0 +1,19 @@
+//! Alltoall(v) algorithms. The block for rank i is `counts[i]` elements at
+//! `displs[i]` of the send buffer; the block from rank i lands at
+//! `rdispls[i]` (`rcounts[i]` elements) of the receive buffer.
+pub mod bruck;
+pub mod linear;
+pub mod pairwise;
+
+use crate::algorithms::Args;
+use crate::schedule::{Buf, Builder};
+
+/// The local copy of this rank's own block.
+pub(crate) fn self_copy(b: &mut Builder, a: &Args) {
+    let r = a.rank;
+    b.copy(
+        (Buf::Send, a.displs[r], a.counts[r]),
+        (Buf::Recv, a.rdispls[r], a.rcounts[r]),
+    );
+    b.end_round();
+}

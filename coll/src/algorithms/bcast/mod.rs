@@ -1,0 +1,4 @@
+//! Broadcast algorithms.
+pub mod binomial;
+pub mod chain;
+pub mod scatter_allgather;

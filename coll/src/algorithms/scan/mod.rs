@@ -1,0 +1,2 @@
+//! Scan and exscan algorithms.
+pub mod recursive_doubling;

@@ -1,0 +1,1347 @@
+//! The collective operations of [`Comm`], blocking and nonblocking.
+//!
+//! Every call validates its arguments (bad ones are
+//! [`Error::InvalidArgument`] naming the rank and the collective), selects
+//! an algorithm ([`crate::select`]), builds this rank's
+//! [`Schedule`](crate::schedule::Schedule) and runs it on the
+//! communicator's internal context (`ctx + 1`) with a tag unique to the
+//! call. The `i`-prefixed forms return a [`CollRequest`] that the progress
+//! loop advances whatever the program waits on, so several may be in flight
+//! (on one or several communicators). As in MPI, every rank of the
+//! communicator must call the same collectives in the same order with
+//! matching sizes.
+//!
+//! Counts and displacements are in elements.
+//!
+//! ```no_run
+//! use ibcoll::{CollRequest, ReduceOp};
+//! let world = ibcoll::init()?;
+//! let mine = [world.rank() as f64; 4];
+//! let mut sum = [0.0; 4];
+//! world.allreduce(&mine, &mut sum, ReduceOp::Sum)?; // same bits on every rank
+//!
+//! // Two collectives in flight at once, on two communicators.
+//! let other = world.dup()?;
+//! let mut cfg = vec![0u8; 1 << 20];
+//! let me = [world.rank() as u32];
+//! let mut ranks = vec![0u32; world.size()];
+//! let a = world.ibcast(&mut cfg, 0)?;
+//! let b = other.iallgather(&me, &mut ranks)?;
+//! CollRequest::wait_all([a, b])?;
+//!
+//! // Force an algorithm (tests, benchmarks); IBCOLL_ALLREDUCE_ALGORITHM=ring
+//! // does the same from the environment.
+//! ibcoll::select::force_algorithm(ibcoll::Collective::Allreduce, Some("ring"))?;
+//! # Ok::<(), ibcoll::Error>(())
+//! ```
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::rc::Rc;
+
+use crate::algorithms::{find, node_groups, prefix, Args, Collective};
+use crate::comm::Comm;
+use crate::datatype::{as_bytes, as_bytes_mut, Datatype};
+use crate::engine::Engine;
+use crate::error::{Error, Op, Result};
+use crate::ops::{byte_reduce, ByteReduce, ReduceOp, Reducible};
+use crate::schedule::run::{self, Run, Wire};
+use crate::select;
+
+/// A nonblocking collective. It borrows the buffers for `'a`; dropping it
+/// before completion waits for completion. As with [`crate::Request`],
+/// leaking it (`mem::forget`) while its buffers are freed is not
+/// supported.
+#[must_use = "a collective request does nothing unless waited for or tested"]
+pub struct CollRequest<'a> {
+    eng: Rc<RefCell<Engine>>,
+    run: Option<Rc<RefCell<Run>>>,
+    outcome: Option<Result<()>>,
+    /// Owned input the run reads (ialltoall_in_place's copy).
+    _keep: Option<Box<dyn std::any::Any>>,
+    _buf: PhantomData<&'a mut [u8]>,
+}
+
+impl CollRequest<'_> {
+    fn finish(&mut self) {
+        if let Some(r) = self.run.take() {
+            run::unregister(&r);
+            let res = r.borrow_mut().take_result();
+            self.outcome = Some(res);
+        }
+    }
+
+    /// Blocks until the collective completes.
+    pub fn wait(mut self) -> Result<()> {
+        if let Some(r) = self.run.clone() {
+            let eng = self.eng.clone();
+            let mut e = eng.borrow_mut();
+            loop {
+                if r.borrow().is_done() {
+                    break;
+                }
+                r.borrow_mut().step(&mut e);
+                let rr = r.borrow();
+                if rr.is_done() {
+                    break;
+                }
+                e.wait_until(|e| rr.round_ready(e));
+            }
+            drop(e);
+            self.finish();
+        }
+        self.outcome.take().unwrap_or(Ok(()))
+    }
+
+    /// Makes progress once; `Ok(true)` once complete.
+    pub fn test(&mut self) -> Result<bool> {
+        if let Some(r) = self.run.clone() {
+            let eng = self.eng.clone();
+            let mut e = eng.borrow_mut();
+            e.progress();
+            r.borrow_mut().step(&mut e);
+            if !r.borrow().is_done() {
+                return Ok(false);
+            }
+            drop(e);
+            self.finish();
+        }
+        match &self.outcome {
+            Some(Err(e)) => Err(e.duplicate()),
+            _ => Ok(true),
+        }
+    }
+
+    /// Waits for every request; the first error (after all completed).
+    pub fn wait_all<'b>(reqs: impl IntoIterator<Item = CollRequest<'b>>) -> Result<()> {
+        let mut first = None;
+        for r in reqs {
+            if let Err(e) = r.wait() {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for CollRequest<'_> {
+    fn drop(&mut self) {
+        if let Some(r) = self.run.clone() {
+            if let Ok(mut e) = self.eng.try_borrow_mut() {
+                loop {
+                    r.borrow_mut().step(&mut e);
+                    let rr = r.borrow();
+                    if rr.is_done() {
+                        break;
+                    }
+                    e.wait_until(|e| rr.round_ready(e));
+                }
+            }
+            self.finish();
+        }
+    }
+}
+
+/// Per-communicator collective state (by context id; ids are never reused).
+#[derive(Default)]
+struct CommInfo {
+    seq: u32,
+    /// Node of every rank, and the largest number of ranks on one node.
+    nodes: Option<(Rc<[usize]>, usize)>,
+}
+
+/// Hashes a context id as itself (no SipHash on every call).
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.0 = u64::from(i);
+    }
+}
+
+type CtxMap = HashMap<u32, CommInfo, std::hash::BuildHasherDefault<IdHasher>>;
+
+thread_local! {
+    static COMMS: RefCell<CtxMap> = RefCell::new(CtxMap::default());
+}
+
+/// Tags below this are used by `split` and friends.
+const TAG_BASE: i32 = 16;
+
+/// One call, described for the algorithms.
+struct Spec {
+    coll: Collective,
+    esize: usize,
+    count: usize,
+    counts: Vec<usize>,
+    displs: Vec<usize>,
+    rcounts: Vec<usize>,
+    rdispls: Vec<usize>,
+    root: usize,
+    in_place: bool,
+    canonical: bool,
+    bytes: usize,
+}
+
+impl Spec {
+    fn new(coll: Collective, esize: usize, count: usize) -> Spec {
+        Spec {
+            coll,
+            esize,
+            count,
+            counts: Vec::new(),
+            displs: Vec::new(),
+            rcounts: Vec::new(),
+            rdispls: Vec::new(),
+            root: 0,
+            in_place: false,
+            canonical: false,
+            bytes: count * esize,
+        }
+    }
+
+    fn uniform(mut self, n: usize) -> Spec {
+        self.counts = vec![self.count; n];
+        self.displs = (0..n).map(|i| i * self.count).collect();
+        self.rcounts = self.counts.clone();
+        self.rdispls = self.displs.clone();
+        self.canonical = true;
+        self
+    }
+}
+
+impl Comm {
+    fn coll_err(&self, c: Collective, detail: String) -> Error {
+        Error::InvalidArgument {
+            rank: self.world_rank(self.rank()).unwrap_or(0),
+            op: Op::Collective(c),
+            detail: format!("(communicator rank {}) {detail}", self.rank()),
+        }
+    }
+
+    fn check_root(&self, c: Collective, root: usize) -> Result<()> {
+        if root >= self.size() {
+            return Err(self.coll_err(
+                c,
+                format!(
+                    "root {root} is not below the communicator size {}",
+                    self.size()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_op<T: Reducible>(&self, c: Collective, op: &ReduceOp<T>) -> Result<()> {
+        if !T::supports(op) {
+            return Err(self.coll_err(
+                c,
+                format!("operation {} does not apply to {}", op.name(), T::NAME),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks a v-layout: `counts`/`displs` have one entry per rank and
+    /// every block fits in `len` elements.
+    fn check_layout(
+        &self,
+        c: Collective,
+        what: &str,
+        counts: &[usize],
+        displs: &[usize],
+        len: usize,
+    ) -> Result<()> {
+        let n = self.size();
+        if counts.len() != n || displs.len() != n {
+            return Err(self.coll_err(
+                c,
+                format!(
+                    "{what}: {} counts and {} displacements for {n} ranks",
+                    counts.len(),
+                    displs.len()
+                ),
+            ));
+        }
+        for i in 0..n {
+            if counts[i].checked_add(displs[i]).map_or(true, |e| e > len) {
+                return Err(self.coll_err(
+                    c,
+                    format!(
+                        "{what}: block {i} ({} elements at {}) exceeds the buffer of {len}",
+                        counts[i], displs[i]
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn next_tag(&self) -> i32 {
+        let ctx = self.ctx + 1;
+        COMMS.with(|m| {
+            let mut m = m.borrow_mut();
+            let info = m.entry(ctx).or_default();
+            let t = info.seq;
+            info.seq = (info.seq + 1) % (1 << 29);
+            TAG_BASE + t as i32
+        })
+    }
+
+    /// The node of every rank of the communicator (exchanged on first use).
+    fn coll_nodes(&self) -> Result<(Rc<[usize]>, usize)> {
+        let ctx = self.ctx + 1;
+        if let Some(n) = COMMS.with(|m| m.borrow().get(&ctx).and_then(|i| i.nodes.clone())) {
+            return Ok(n);
+        }
+        let n = self.size();
+        let nodes: Rc<[usize]> = if n == 1 {
+            vec![self.node_id()].into()
+        } else {
+            let mine = [self.node_id() as u64];
+            let mut all = vec![0u64; n];
+            let spec = Spec::new(Collective::Allgather, 8, 1).uniform(n);
+            let args = self.args(&spec, "ring", &[], 65536, 8);
+            let sched = (find(Collective::Allgather, "ring").map(|a| a.build))
+                .map(|b| b(&args))
+                .unwrap_or_default();
+            let tag = self.next_tag();
+            let send = as_bytes(&mine);
+            let recv = as_bytes_mut(&mut all);
+            // SAFETY: `send` and `recv` outlive the blocking run below.
+            let mut r = unsafe {
+                Run::new(
+                    sched,
+                    send.as_ptr(),
+                    send.len(),
+                    recv.as_mut_ptr(),
+                    recv.len(),
+                    None,
+                    self.wire(tag),
+                    Op::Collective(Collective::Allgather),
+                )
+            }?;
+            run::run_blocking(&mut self.eng.borrow_mut(), &mut r)?;
+            all.iter().map(|&x| x as usize).collect()
+        };
+        let ppn = node_groups(&nodes, n)
+            .iter()
+            .map(|g| g.len())
+            .max()
+            .unwrap_or(1);
+        COMMS.with(|m| {
+            m.borrow_mut().entry(ctx).or_default().nodes = Some((nodes.clone(), ppn));
+        });
+        Ok((nodes, ppn))
+    }
+
+    fn wire(&self, tag: i32) -> Wire {
+        Wire {
+            ctx: self.ctx + 1,
+            tag,
+            me: self.rank(),
+            group: self.group.clone(),
+            world_rank: self.world_rank(self.rank()).unwrap_or(0),
+        }
+    }
+
+    fn args(&self, s: &Spec, alg: &str, nodes: &[usize], seg_bytes: usize, window: usize) -> Args {
+        Args {
+            rank: self.rank(),
+            size: self.size(),
+            root: s.root,
+            esize: s.esize,
+            count: s.count,
+            counts: s.counts.clone(),
+            displs: s.displs.clone(),
+            rcounts: s.rcounts.clone(),
+            rdispls: s.rdispls.clone(),
+            in_place: s.in_place,
+            // Only the node-aware algorithm looks at placement.
+            nodes: if alg == "node_aware" {
+                nodes.to_vec()
+            } else {
+                Vec::new()
+            },
+            seg: (seg_bytes / s.esize.max(1)).max(1),
+            window,
+            canonical: s.canonical,
+        }
+    }
+
+    /// Selects, builds and prepares the run of one call.
+    fn prepare(
+        &self,
+        s: Spec,
+        send: &[u8],
+        recv: &mut [u8],
+        reduce: Option<ByteReduce>,
+    ) -> Result<Run> {
+        let (nodes, ppn) = self.coll_nodes()?;
+        let choice = select::choose(s.coll, self.size(), ppn, s.bytes)
+            .map_err(|e| e.with_op(Op::Collective(s.coll)))?;
+        let alg = find(s.coll, choice.algorithm)
+            .ok_or_else(|| self.coll_err(s.coll, format!("no algorithm {}", choice.algorithm)))?;
+        let args = self.args(&s, alg.name, &nodes, choice.segment_bytes, choice.window);
+        let sched = (alg.build)(&args);
+        let tag = self.next_tag();
+        // SAFETY: the caller keeps `send` and `recv` borrowed until the run
+        // is done (the blocking call's frame or the CollRequest's 'a).
+        unsafe {
+            Run::new(
+                sched,
+                send.as_ptr(),
+                send.len(),
+                recv.as_mut_ptr(),
+                recv.len(),
+                reduce,
+                self.wire(tag),
+                Op::Collective(s.coll),
+            )
+        }
+    }
+
+    fn block(&self, r: Result<Run>) -> Result<()> {
+        let mut r = r?;
+        let mut e = self.eng.borrow_mut();
+        run::run_blocking(&mut e, &mut r)
+    }
+
+    fn nonblock<'a>(&self, r: Result<Run>) -> Result<CollRequest<'a>> {
+        let r = Rc::new(RefCell::new(r?));
+        {
+            let mut e = self.eng.borrow_mut();
+            r.borrow_mut().step(&mut e);
+        }
+        let mut req = CollRequest {
+            eng: self.eng.clone(),
+            run: Some(r.clone()),
+            outcome: None,
+            _keep: None,
+            _buf: PhantomData,
+        };
+        if r.borrow().is_done() {
+            req.finish();
+        } else {
+            run::register(r);
+        }
+        Ok(req)
+    }
+
+    // ------------------------------------------------------------ barrier
+
+    fn barrier_run(&self) -> Result<Run> {
+        let s = Spec::new(Collective::Barrier, 1, 0);
+        self.prepare(s, &[], &mut [], None)
+    }
+
+    /// Blocks until every rank of the communicator has called it.
+    pub fn barrier(&self) -> Result<()> {
+        self.block(self.barrier_run())
+    }
+
+    /// Nonblocking barrier.
+    pub fn ibarrier(&self) -> Result<CollRequest<'static>> {
+        self.nonblock(self.barrier_run())
+    }
+
+    // ------------------------------------------------------------ bcast
+
+    fn bcast_run<T: Datatype>(&self, buf: &mut [T], root: usize) -> Result<Run> {
+        self.check_root(Collective::Bcast, root)?;
+        let mut s = Spec::new(Collective::Bcast, std::mem::size_of::<T>(), buf.len());
+        s.root = root;
+        self.prepare(s, &[], as_bytes_mut(buf), None)
+    }
+
+    /// Broadcasts `buf` from `root` to every rank (same length everywhere).
+    pub fn bcast<T: Datatype>(&self, buf: &mut [T], root: usize) -> Result<()> {
+        self.block(self.bcast_run(buf, root))
+    }
+
+    /// Nonblocking [`Comm::bcast`].
+    pub fn ibcast<'a, T: Datatype>(
+        &self,
+        buf: &'a mut [T],
+        root: usize,
+    ) -> Result<CollRequest<'a>> {
+        self.nonblock(self.bcast_run(buf, root))
+    }
+
+    // ------------------------------------------------------------ reductions
+
+    fn reduce_like<T: Reducible>(
+        &self,
+        c: Collective,
+        send: Option<&[T]>,
+        recv: &mut [T],
+        op: ReduceOp<T>,
+        root: usize,
+    ) -> Result<Run> {
+        self.check_op(c, &op)?;
+        let esize = std::mem::size_of::<T>();
+        let count = send.map_or(recv.len(), |s| s.len());
+        let needs_recv = c != Collective::Reduce || self.rank() == root || send.is_none();
+        if send.is_some() && needs_recv && recv.len() != count {
+            return Err(self.coll_err(
+                c,
+                format!(
+                    "send buffer has {count} elements, receive buffer {}",
+                    recv.len()
+                ),
+            ));
+        }
+        let mut s = Spec::new(c, esize, count);
+        s.root = root;
+        s.in_place = send.is_none();
+        let recv_b = if needs_recv {
+            as_bytes_mut(recv)
+        } else {
+            &mut []
+        };
+        let send_b = send.map_or(&[][..], as_bytes);
+        self.prepare(s, send_b, recv_b, Some(byte_reduce(op)))
+    }
+
+    /// Reduces every rank's `send` with `op` into `recv` at `root` (`recv`
+    /// is ignored elsewhere and may be empty).
+    pub fn reduce<T: Reducible>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        op: ReduceOp<T>,
+        root: usize,
+    ) -> Result<()> {
+        self.check_root(Collective::Reduce, root)?;
+        self.block(self.reduce_like(Collective::Reduce, Some(send), recv, op, root))
+    }
+
+    /// [`Comm::reduce`] with the input taken from `buf` (and the result
+    /// written there at the root).
+    pub fn reduce_in_place<T: Reducible>(
+        &self,
+        buf: &mut [T],
+        op: ReduceOp<T>,
+        root: usize,
+    ) -> Result<()> {
+        self.check_root(Collective::Reduce, root)?;
+        self.block(self.reduce_like(Collective::Reduce, None, buf, op, root))
+    }
+
+    /// Nonblocking [`Comm::reduce`].
+    pub fn ireduce<'a, T: Reducible>(
+        &self,
+        send: &'a [T],
+        recv: &'a mut [T],
+        op: ReduceOp<T>,
+        root: usize,
+    ) -> Result<CollRequest<'a>> {
+        self.check_root(Collective::Reduce, root)?;
+        self.nonblock(self.reduce_like(Collective::Reduce, Some(send), recv, op, root))
+    }
+
+    /// Reduces every rank's `send` with `op`; every rank gets the result
+    /// in `recv` (bit-identical everywhere, floating point included).
+    pub fn allreduce<T: Reducible>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        op: ReduceOp<T>,
+    ) -> Result<()> {
+        self.block(self.reduce_like(Collective::Allreduce, Some(send), recv, op, 0))
+    }
+
+    /// [`Comm::allreduce`] in place.
+    pub fn allreduce_in_place<T: Reducible>(&self, buf: &mut [T], op: ReduceOp<T>) -> Result<()> {
+        self.block(self.reduce_like(Collective::Allreduce, None, buf, op, 0))
+    }
+
+    /// Nonblocking [`Comm::allreduce`].
+    pub fn iallreduce<'a, T: Reducible>(
+        &self,
+        send: &'a [T],
+        recv: &'a mut [T],
+        op: ReduceOp<T>,
+    ) -> Result<CollRequest<'a>> {
+        self.nonblock(self.reduce_like(Collective::Allreduce, Some(send), recv, op, 0))
+    }
+
+    /// Nonblocking [`Comm::allreduce_in_place`].
+    pub fn iallreduce_in_place<'a, T: Reducible>(
+        &self,
+        buf: &'a mut [T],
+        op: ReduceOp<T>,
+    ) -> Result<CollRequest<'a>> {
+        self.nonblock(self.reduce_like(Collective::Allreduce, None, buf, op, 0))
+    }
+
+    /// Inclusive prefix reduction: rank r gets `send[0] op ... op send[r]`.
+    pub fn scan<T: Reducible>(&self, send: &[T], recv: &mut [T], op: ReduceOp<T>) -> Result<()> {
+        self.block(self.reduce_like(Collective::Scan, Some(send), recv, op, 0))
+    }
+
+    /// [`Comm::scan`] in place.
+    pub fn scan_in_place<T: Reducible>(&self, buf: &mut [T], op: ReduceOp<T>) -> Result<()> {
+        self.block(self.reduce_like(Collective::Scan, None, buf, op, 0))
+    }
+
+    /// Nonblocking [`Comm::scan`].
+    pub fn iscan<'a, T: Reducible>(
+        &self,
+        send: &'a [T],
+        recv: &'a mut [T],
+        op: ReduceOp<T>,
+    ) -> Result<CollRequest<'a>> {
+        self.nonblock(self.reduce_like(Collective::Scan, Some(send), recv, op, 0))
+    }
+
+    /// Exclusive prefix reduction: rank r > 0 gets `send[0] op ... op
+    /// send[r-1]`; rank 0's `recv` is left unchanged.
+    pub fn exscan<T: Reducible>(&self, send: &[T], recv: &mut [T], op: ReduceOp<T>) -> Result<()> {
+        self.block(self.reduce_like(Collective::Exscan, Some(send), recv, op, 0))
+    }
+
+    /// [`Comm::exscan`] in place.
+    pub fn exscan_in_place<T: Reducible>(&self, buf: &mut [T], op: ReduceOp<T>) -> Result<()> {
+        self.block(self.reduce_like(Collective::Exscan, None, buf, op, 0))
+    }
+
+    /// Nonblocking [`Comm::exscan`].
+    pub fn iexscan<'a, T: Reducible>(
+        &self,
+        send: &'a [T],
+        recv: &'a mut [T],
+        op: ReduceOp<T>,
+    ) -> Result<CollRequest<'a>> {
+        self.nonblock(self.reduce_like(Collective::Exscan, Some(send), recv, op, 0))
+    }
+
+    fn reduce_scatter_run<T: Reducible>(
+        &self,
+        c: Collective,
+        send: Option<&[T]>,
+        recv: &mut [T],
+        counts: Vec<usize>,
+        op: ReduceOp<T>,
+    ) -> Result<Run> {
+        self.check_op(c, &op)?;
+        let n = self.size();
+        if counts.len() != n {
+            return Err(self.coll_err(c, format!("{} counts for {n} ranks", counts.len())));
+        }
+        let total: usize = counts.iter().sum();
+        let input_len = send.map_or(recv.len(), |s| s.len());
+        if input_len != total {
+            return Err(self.coll_err(
+                c,
+                format!("input has {input_len} elements, the counts sum to {total}"),
+            ));
+        }
+        let mine = counts[self.rank()];
+        if send.is_some() && recv.len() != mine {
+            return Err(self.coll_err(
+                c,
+                format!(
+                    "receive buffer has {} elements, expected {mine}",
+                    recv.len()
+                ),
+            ));
+        }
+        let esize = std::mem::size_of::<T>();
+        let mut s = Spec::new(c, esize, mine);
+        s.bytes = total * esize / n;
+        s.displs = prefix(&counts)[..n].to_vec();
+        s.counts = counts;
+        s.canonical = true;
+        s.in_place = send.is_none();
+        self.prepare(
+            s,
+            send.map_or(&[][..], as_bytes),
+            as_bytes_mut(recv),
+            Some(byte_reduce(op)),
+        )
+    }
+
+    /// Reduces the ranks' `send` vectors (sum of `counts` elements) and
+    /// scatters the result: rank i gets `counts[i]` elements in `recv`.
+    pub fn reduce_scatter<T: Reducible>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        counts: &[usize],
+        op: ReduceOp<T>,
+    ) -> Result<()> {
+        self.block(self.reduce_scatter_run(
+            Collective::ReduceScatter,
+            Some(send),
+            recv,
+            counts.to_vec(),
+            op,
+        ))
+    }
+
+    /// [`Comm::reduce_scatter`] in place: `buf` holds the whole input; the
+    /// result is written to its first `counts[rank]` elements.
+    pub fn reduce_scatter_in_place<T: Reducible>(
+        &self,
+        buf: &mut [T],
+        counts: &[usize],
+        op: ReduceOp<T>,
+    ) -> Result<()> {
+        self.block(self.reduce_scatter_run(
+            Collective::ReduceScatter,
+            None,
+            buf,
+            counts.to_vec(),
+            op,
+        ))
+    }
+
+    /// Nonblocking [`Comm::reduce_scatter`].
+    pub fn ireduce_scatter<'a, T: Reducible>(
+        &self,
+        send: &'a [T],
+        recv: &'a mut [T],
+        counts: &[usize],
+        op: ReduceOp<T>,
+    ) -> Result<CollRequest<'a>> {
+        self.nonblock(self.reduce_scatter_run(
+            Collective::ReduceScatter,
+            Some(send),
+            recv,
+            counts.to_vec(),
+            op,
+        ))
+    }
+
+    /// [`Comm::reduce_scatter`] with `recv.len()` elements for every rank.
+    pub fn reduce_scatter_block<T: Reducible>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        op: ReduceOp<T>,
+    ) -> Result<()> {
+        let counts = vec![recv.len(); self.size()];
+        self.block(self.reduce_scatter_run(
+            Collective::ReduceScatterBlock,
+            Some(send),
+            recv,
+            counts,
+            op,
+        ))
+    }
+
+    /// Nonblocking [`Comm::reduce_scatter_block`].
+    pub fn ireduce_scatter_block<'a, T: Reducible>(
+        &self,
+        send: &'a [T],
+        recv: &'a mut [T],
+        op: ReduceOp<T>,
+    ) -> Result<CollRequest<'a>> {
+        let counts = vec![recv.len(); self.size()];
+        self.nonblock(self.reduce_scatter_run(
+            Collective::ReduceScatterBlock,
+            Some(send),
+            recv,
+            counts,
+            op,
+        ))
+    }
+
+    // ------------------------------------------------------------ gather / scatter
+
+    fn gather_run<T: Datatype>(
+        &self,
+        send: Option<&[T]>,
+        recv: &mut [T],
+        root: usize,
+    ) -> Result<Run> {
+        let c = Collective::Gather;
+        self.check_root(c, root)?;
+        let n = self.size();
+        let me = self.rank();
+        let count = match send {
+            Some(s) => s.len(),
+            None if me == root => {
+                if recv.len() % n != 0 {
+                    return Err(self.coll_err(
+                        c,
+                        format!(
+                            "in-place buffer of {} elements is not a multiple of {n} ranks",
+                            recv.len()
+                        ),
+                    ));
+                }
+                recv.len() / n
+            }
+            None => recv.len(),
+        };
+        let (send_b, recv_b): (&[u8], &mut [u8]) = match send {
+            Some(s) => (
+                as_bytes(s),
+                if me == root {
+                    as_bytes_mut(recv)
+                } else {
+                    &mut []
+                },
+            ),
+            None if me == root => (&[], as_bytes_mut(recv)),
+            None => (as_bytes(recv), &mut []),
+        };
+        if me == root && recv_b.len() != n * count * std::mem::size_of::<T>() {
+            return Err(self.coll_err(
+                c,
+                format!(
+                    "root's receive buffer must hold {} elements ({n} x {count})",
+                    n * count
+                ),
+            ));
+        }
+        let mut s = Spec::new(c, std::mem::size_of::<T>(), count).uniform(n);
+        s.root = root;
+        s.in_place = send.is_none() && me == root;
+        self.prepare(s, send_b, recv_b, None)
+    }
+
+    /// Gathers every rank's `send` (same length everywhere) into `recv` at
+    /// `root`, rank order (`recv` is ignored elsewhere).
+    pub fn gather<T: Datatype>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
+        self.block(self.gather_run(Some(send), recv, root))
+    }
+
+    /// [`Comm::gather`] with one buffer: at the root the whole result with
+    /// its own block already in place; elsewhere the block to send.
+    pub fn gather_in_place<T: Datatype>(&self, buf: &mut [T], root: usize) -> Result<()> {
+        self.block(self.gather_run(None, buf, root))
+    }
+
+    /// Nonblocking [`Comm::gather`].
+    pub fn igather<'a, T: Datatype>(
+        &self,
+        send: &'a [T],
+        recv: &'a mut [T],
+        root: usize,
+    ) -> Result<CollRequest<'a>> {
+        self.nonblock(self.gather_run(Some(send), recv, root))
+    }
+
+    fn gatherv_run<T: Datatype>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        counts: &[usize],
+        displs: &[usize],
+        root: usize,
+    ) -> Result<Run> {
+        let c = Collective::Gatherv;
+        self.check_root(c, root)?;
+        let n = self.size();
+        let me = self.rank();
+        let mut s = Spec::new(c, std::mem::size_of::<T>(), send.len());
+        s.bytes = 0;
+        s.root = root;
+        let recv_b: &mut [u8] = if me == root {
+            self.check_layout(c, "receive", counts, displs, recv.len())?;
+            if counts[me] != send.len() {
+                return Err(self.coll_err(
+                    c,
+                    format!(
+                        "root sends {} elements but counts[{me}] is {}",
+                        send.len(),
+                        counts[me]
+                    ),
+                ));
+            }
+            s.counts = counts.to_vec();
+            s.displs = displs.to_vec();
+            as_bytes_mut(recv)
+        } else {
+            s.counts = vec![0; n];
+            s.displs = vec![0; n];
+            &mut []
+        };
+        self.prepare(s, as_bytes(send), recv_b, None)
+    }
+
+    /// Gathers blocks of different lengths: rank i's `send` lands at
+    /// `displs[i]` of the root's `recv` and must be `counts[i]` long
+    /// (`counts`/`displs`/`recv` only matter at the root).
+    pub fn gatherv<T: Datatype>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        counts: &[usize],
+        displs: &[usize],
+        root: usize,
+    ) -> Result<()> {
+        self.block(self.gatherv_run(send, recv, counts, displs, root))
+    }
+
+    /// Nonblocking [`Comm::gatherv`].
+    pub fn igatherv<'a, T: Datatype>(
+        &self,
+        send: &'a [T],
+        recv: &'a mut [T],
+        counts: &[usize],
+        displs: &[usize],
+        root: usize,
+    ) -> Result<CollRequest<'a>> {
+        self.nonblock(self.gatherv_run(send, recv, counts, displs, root))
+    }
+
+    fn scatter_run<T: Datatype>(
+        &self,
+        send: Option<&[T]>,
+        recv: &mut [T],
+        root: usize,
+    ) -> Result<Run> {
+        let c = Collective::Scatter;
+        self.check_root(c, root)?;
+        let n = self.size();
+        let me = self.rank();
+        let esize = std::mem::size_of::<T>();
+        let (count, send_b, recv_b): (usize, &[u8], &mut [u8]) = match send {
+            Some(s) => {
+                if me == root && s.len() != n * recv.len() {
+                    return Err(self.coll_err(
+                        c,
+                        format!(
+                            "root's send buffer has {} elements, expected {n} x {}",
+                            s.len(),
+                            recv.len()
+                        ),
+                    ));
+                }
+                (
+                    recv.len(),
+                    if me == root { as_bytes(s) } else { &[] },
+                    as_bytes_mut(recv),
+                )
+            }
+            None if me == root => {
+                if recv.len() % n != 0 {
+                    return Err(self.coll_err(
+                        c,
+                        format!(
+                            "in-place buffer of {} elements is not a multiple of {n} ranks",
+                            recv.len()
+                        ),
+                    ));
+                }
+                (recv.len() / n, as_bytes(recv), &mut [])
+            }
+            None => (recv.len(), &[], as_bytes_mut(recv)),
+        };
+        let mut s = Spec::new(c, esize, count).uniform(n);
+        s.root = root;
+        s.in_place = send.is_none() && me == root;
+        self.prepare(s, send_b, recv_b, None)
+    }
+
+    /// Scatters the root's `send` (`size` blocks of `recv.len()` elements)
+    /// so rank i gets block i in `recv` (`send` is ignored elsewhere).
+    pub fn scatter<T: Datatype>(&self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
+        self.block(self.scatter_run(Some(send), recv, root))
+    }
+
+    /// [`Comm::scatter`] with one buffer: at the root the whole input (its
+    /// own block stays in place); elsewhere the receive buffer.
+    pub fn scatter_in_place<T: Datatype>(&self, buf: &mut [T], root: usize) -> Result<()> {
+        self.block(self.scatter_run(None, buf, root))
+    }
+
+    /// Nonblocking [`Comm::scatter`].
+    pub fn iscatter<'a, T: Datatype>(
+        &self,
+        send: &'a [T],
+        recv: &'a mut [T],
+        root: usize,
+    ) -> Result<CollRequest<'a>> {
+        self.nonblock(self.scatter_run(Some(send), recv, root))
+    }
+
+    fn scatterv_run<T: Datatype>(
+        &self,
+        send: &[T],
+        counts: &[usize],
+        displs: &[usize],
+        recv: &mut [T],
+        root: usize,
+    ) -> Result<Run> {
+        let c = Collective::Scatterv;
+        self.check_root(c, root)?;
+        let n = self.size();
+        let me = self.rank();
+        let mut s = Spec::new(c, std::mem::size_of::<T>(), recv.len());
+        s.bytes = 0;
+        s.root = root;
+        let send_b: &[u8] = if me == root {
+            self.check_layout(c, "send", counts, displs, send.len())?;
+            if counts[me] != recv.len() {
+                return Err(self.coll_err(
+                    c,
+                    format!(
+                        "root receives {} elements but counts[{me}] is {}",
+                        recv.len(),
+                        counts[me]
+                    ),
+                ));
+            }
+            s.counts = counts.to_vec();
+            s.displs = displs.to_vec();
+            as_bytes(send)
+        } else {
+            s.counts = vec![0; n];
+            s.displs = vec![0; n];
+            &[]
+        };
+        self.prepare(s, send_b, as_bytes_mut(recv), None)
+    }
+
+    /// Scatters blocks of different lengths: rank i gets `counts[i]`
+    /// elements from `displs[i]` of the root's `send` (`counts`, `displs`
+    /// and `send` only matter at the root).
+    pub fn scatterv<T: Datatype>(
+        &self,
+        send: &[T],
+        counts: &[usize],
+        displs: &[usize],
+        recv: &mut [T],
+        root: usize,
+    ) -> Result<()> {
+        self.block(self.scatterv_run(send, counts, displs, recv, root))
+    }
+
+    /// Nonblocking [`Comm::scatterv`].
+    pub fn iscatterv<'a, T: Datatype>(
+        &self,
+        send: &'a [T],
+        counts: &[usize],
+        displs: &[usize],
+        recv: &'a mut [T],
+        root: usize,
+    ) -> Result<CollRequest<'a>> {
+        self.nonblock(self.scatterv_run(send, counts, displs, recv, root))
+    }
+
+    // ------------------------------------------------------------ allgather / alltoall
+
+    fn allgather_run<T: Datatype>(&self, send: Option<&[T]>, recv: &mut [T]) -> Result<Run> {
+        let c = Collective::Allgather;
+        let n = self.size();
+        let count = match send {
+            Some(s) => s.len(),
+            None => {
+                if recv.len() % n != 0 {
+                    return Err(self.coll_err(
+                        c,
+                        format!(
+                            "in-place buffer of {} elements is not a multiple of {n} ranks",
+                            recv.len()
+                        ),
+                    ));
+                }
+                recv.len() / n
+            }
+        };
+        if recv.len() != n * count {
+            return Err(self.coll_err(
+                c,
+                format!(
+                    "receive buffer has {} elements, expected {n} x {count}",
+                    recv.len()
+                ),
+            ));
+        }
+        let mut s = Spec::new(c, std::mem::size_of::<T>(), count).uniform(n);
+        s.in_place = send.is_none();
+        self.prepare(s, send.map_or(&[][..], as_bytes), as_bytes_mut(recv), None)
+    }
+
+    /// Every rank gets every rank's `send` (same length), in rank order.
+    pub fn allgather<T: Datatype>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        self.block(self.allgather_run(Some(send), recv))
+    }
+
+    /// [`Comm::allgather`] in place: this rank's block is already at its
+    /// place in `buf`.
+    pub fn allgather_in_place<T: Datatype>(&self, buf: &mut [T]) -> Result<()> {
+        self.block(self.allgather_run(None, buf))
+    }
+
+    /// Nonblocking [`Comm::allgather`].
+    pub fn iallgather<'a, T: Datatype>(
+        &self,
+        send: &'a [T],
+        recv: &'a mut [T],
+    ) -> Result<CollRequest<'a>> {
+        self.nonblock(self.allgather_run(Some(send), recv))
+    }
+
+    fn allgatherv_run<T: Datatype>(
+        &self,
+        send: Option<&[T]>,
+        recv: &mut [T],
+        counts: &[usize],
+        displs: &[usize],
+    ) -> Result<Run> {
+        let c = Collective::Allgatherv;
+        let n = self.size();
+        self.check_layout(c, "receive", counts, displs, recv.len())?;
+        let me = self.rank();
+        if let Some(s) = send {
+            if s.len() != counts[me] {
+                return Err(self.coll_err(
+                    c,
+                    format!(
+                        "send buffer has {} elements but counts[{me}] is {}",
+                        s.len(),
+                        counts[me]
+                    ),
+                ));
+            }
+        }
+        let esize = std::mem::size_of::<T>();
+        let mut s = Spec::new(c, esize, counts[me]);
+        s.bytes = counts.iter().sum::<usize>() * esize / n;
+        s.counts = counts.to_vec();
+        s.displs = displs.to_vec();
+        s.in_place = send.is_none();
+        self.prepare(s, send.map_or(&[][..], as_bytes), as_bytes_mut(recv), None)
+    }
+
+    /// Allgather of blocks of different lengths: rank i's `send`
+    /// (`counts[i]` elements) lands at `displs[i]` of every `recv`.
+    pub fn allgatherv<T: Datatype>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        counts: &[usize],
+        displs: &[usize],
+    ) -> Result<()> {
+        self.block(self.allgatherv_run(Some(send), recv, counts, displs))
+    }
+
+    /// [`Comm::allgatherv`] in place (own block already in `buf`).
+    pub fn allgatherv_in_place<T: Datatype>(
+        &self,
+        buf: &mut [T],
+        counts: &[usize],
+        displs: &[usize],
+    ) -> Result<()> {
+        self.block(self.allgatherv_run(None, buf, counts, displs))
+    }
+
+    /// Nonblocking [`Comm::allgatherv`].
+    pub fn iallgatherv<'a, T: Datatype>(
+        &self,
+        send: &'a [T],
+        recv: &'a mut [T],
+        counts: &[usize],
+        displs: &[usize],
+    ) -> Result<CollRequest<'a>> {
+        self.nonblock(self.allgatherv_run(Some(send), recv, counts, displs))
+    }
+
+    fn alltoall_run<T: Datatype>(&self, send: &[T], recv: &mut [T]) -> Result<Run> {
+        let c = Collective::Alltoall;
+        let n = self.size();
+        if send.len() != recv.len() || send.len() % n != 0 {
+            return Err(self.coll_err(
+                c,
+                format!(
+                    "send ({}) and receive ({}) buffers must be equal multiples of {n} ranks",
+                    send.len(),
+                    recv.len()
+                ),
+            ));
+        }
+        let s = Spec::new(c, std::mem::size_of::<T>(), send.len() / n).uniform(n);
+        self.prepare(s, as_bytes(send), as_bytes_mut(recv), None)
+    }
+
+    /// Block i of `send` goes to rank i; block j of `recv` comes from rank
+    /// j (blocks of `len / size` elements).
+    pub fn alltoall<T: Datatype>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        self.block(self.alltoall_run(send, recv))
+    }
+
+    /// [`Comm::alltoall`] in place.
+    pub fn alltoall_in_place<T: Datatype>(&self, buf: &mut [T]) -> Result<()> {
+        let copy = buf.to_vec();
+        self.block(self.alltoall_run(&copy, buf))
+    }
+
+    /// Nonblocking [`Comm::alltoall`].
+    pub fn ialltoall<'a, T: Datatype>(
+        &self,
+        send: &'a [T],
+        recv: &'a mut [T],
+    ) -> Result<CollRequest<'a>> {
+        self.nonblock(self.alltoall_run(send, recv))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn alltoallv_run<T: Datatype>(
+        &self,
+        send: &[T],
+        scounts: &[usize],
+        sdispls: &[usize],
+        recv: &mut [T],
+        rcounts: &[usize],
+        rdispls: &[usize],
+    ) -> Result<Run> {
+        let c = Collective::Alltoallv;
+        self.check_layout(c, "send", scounts, sdispls, send.len())?;
+        self.check_layout(c, "receive", rcounts, rdispls, recv.len())?;
+        let me = self.rank();
+        if scounts[me] != rcounts[me] {
+            return Err(self.coll_err(
+                c,
+                format!(
+                    "sends itself {} elements but expects {}",
+                    scounts[me], rcounts[me]
+                ),
+            ));
+        }
+        let mut s = Spec::new(c, std::mem::size_of::<T>(), 0);
+        s.bytes = 0;
+        s.counts = scounts.to_vec();
+        s.displs = sdispls.to_vec();
+        s.rcounts = rcounts.to_vec();
+        s.rdispls = rdispls.to_vec();
+        self.prepare(s, as_bytes(send), as_bytes_mut(recv), None)
+    }
+
+    /// Alltoall with blocks of different lengths: `scounts[i]` elements at
+    /// `sdispls[i]` go to rank i; `rcounts[j]` elements from rank j land at
+    /// `rdispls[j]`.
+    pub fn alltoallv<T: Datatype>(
+        &self,
+        send: &[T],
+        scounts: &[usize],
+        sdispls: &[usize],
+        recv: &mut [T],
+        rcounts: &[usize],
+        rdispls: &[usize],
+    ) -> Result<()> {
+        self.block(self.alltoallv_run(send, scounts, sdispls, recv, rcounts, rdispls))
+    }
+
+    /// Nonblocking [`Comm::alltoallv`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn ialltoallv<'a, T: Datatype>(
+        &self,
+        send: &'a [T],
+        scounts: &[usize],
+        sdispls: &[usize],
+        recv: &'a mut [T],
+        rcounts: &[usize],
+        rdispls: &[usize],
+    ) -> Result<CollRequest<'a>> {
+        self.nonblock(self.alltoallv_run(send, scounts, sdispls, recv, rcounts, rdispls))
+    }
+    // ------------------------------------------------------------ nonblocking in place
+
+    /// Nonblocking [`Comm::reduce_in_place`].
+    pub fn ireduce_in_place<'a, T: Reducible>(
+        &self,
+        buf: &'a mut [T],
+        op: ReduceOp<T>,
+        root: usize,
+    ) -> Result<CollRequest<'a>> {
+        self.check_root(Collective::Reduce, root)?;
+        self.nonblock(self.reduce_like(Collective::Reduce, None, buf, op, root))
+    }
+
+    /// Nonblocking [`Comm::scan_in_place`].
+    pub fn iscan_in_place<'a, T: Reducible>(
+        &self,
+        buf: &'a mut [T],
+        op: ReduceOp<T>,
+    ) -> Result<CollRequest<'a>> {
+        self.nonblock(self.reduce_like(Collective::Scan, None, buf, op, 0))
+    }
+
+    /// Nonblocking [`Comm::exscan_in_place`].
+    pub fn iexscan_in_place<'a, T: Reducible>(
+        &self,
+        buf: &'a mut [T],
+        op: ReduceOp<T>,
+    ) -> Result<CollRequest<'a>> {
+        self.nonblock(self.reduce_like(Collective::Exscan, None, buf, op, 0))
+    }
+
+    /// Nonblocking [`Comm::reduce_scatter_in_place`].
+    pub fn ireduce_scatter_in_place<'a, T: Reducible>(
+        &self,
+        buf: &'a mut [T],
+        counts: &[usize],
+        op: ReduceOp<T>,
+    ) -> Result<CollRequest<'a>> {
+        self.nonblock(self.reduce_scatter_run(
+            Collective::ReduceScatter,
+            None,
+            buf,
+            counts.to_vec(),
+            op,
+        ))
+    }
+
+    /// Nonblocking [`Comm::gather_in_place`].
+    pub fn igather_in_place<'a, T: Datatype>(
+        &self,
+        buf: &'a mut [T],
+        root: usize,
+    ) -> Result<CollRequest<'a>> {
+        self.nonblock(self.gather_run(None, buf, root))
+    }
+
+    /// Nonblocking [`Comm::scatter_in_place`].
+    pub fn iscatter_in_place<'a, T: Datatype>(
+        &self,
+        buf: &'a mut [T],
+        root: usize,
+    ) -> Result<CollRequest<'a>> {
+        self.nonblock(self.scatter_run(None, buf, root))
+    }
+
+    /// Nonblocking [`Comm::allgather_in_place`].
+    pub fn iallgather_in_place<'a, T: Datatype>(
+        &self,
+        buf: &'a mut [T],
+    ) -> Result<CollRequest<'a>> {
+        self.nonblock(self.allgather_run(None, buf))
+    }
+
+    /// Nonblocking [`Comm::allgatherv_in_place`].
+    pub fn iallgatherv_in_place<'a, T: Datatype>(
+        &self,
+        buf: &'a mut [T],
+        counts: &[usize],
+        displs: &[usize],
+    ) -> Result<CollRequest<'a>> {
+        self.nonblock(self.allgatherv_run(None, buf, counts, displs))
+    }
+
+    /// Nonblocking [`Comm::alltoall_in_place`] (the input is copied first).
+    pub fn ialltoall_in_place<'a, T: Datatype>(&self, buf: &'a mut [T]) -> Result<CollRequest<'a>> {
+        let copy: Box<[T]> = buf.into();
+        let run = self.alltoall_run(&copy, buf);
+        let mut req = self.nonblock(run)?;
+        // The run reads the box's heap block, which stays put when the box
+        // moves into the request (dropped only after the run is done).
+        req._keep = Some(Box::new(copy));
+        Ok(req)
+    }
+}

@@ -1,0 +1,180 @@
+//! Reduction operations for the reducing collectives.
+//!
+//! [`ReduceOp`] names the operation; [`Reducible`] is implemented for every
+//! numeric [`Datatype`] and applies it. Bitwise and logical operations exist
+//! only for integers: asking for them on floats is an
+//! [`Error::InvalidArgument`](crate::Error::InvalidArgument) when the
+//! collective is called, never a panic.
+//!
+//! Every operation is treated as commutative *and* applied in a fixed order
+//! by each algorithm (the partial result of the lower ranks is always the
+//! left operand where two partial results meet), so floating-point results
+//! are bit-identical on every rank.
+
+use std::rc::Rc;
+
+use crate::datatype::Datatype;
+
+/// A reduction operation on `T`.
+#[derive(Clone)]
+pub enum ReduceOp<T> {
+    Sum,
+    Prod,
+    Min,
+    Max,
+    /// Bitwise and (integers only).
+    Band,
+    /// Bitwise or (integers only).
+    Bor,
+    /// Bitwise exclusive or (integers only).
+    Bxor,
+    /// Logical and: non-zero is true, result 1 or 0 (integers only).
+    Land,
+    /// Logical or (integers only).
+    Lor,
+    /// A user-defined operation. It must be associative and commutative;
+    /// algorithms call it as `f(lower_ranks_partial, higher_ranks_partial)`.
+    User(Rc<dyn Fn(T, T) -> T>),
+}
+
+impl<T> ReduceOp<T> {
+    /// A user-defined commutative, associative operation.
+    pub fn user(f: impl Fn(T, T) -> T + 'static) -> ReduceOp<T> {
+        ReduceOp::User(Rc::new(f))
+    }
+
+    /// Short name, for messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Prod => "prod",
+            ReduceOp::Min => "min",
+            ReduceOp::Max => "max",
+            ReduceOp::Band => "band",
+            ReduceOp::Bor => "bor",
+            ReduceOp::Bxor => "bxor",
+            ReduceOp::Land => "land",
+            ReduceOp::Lor => "lor",
+            ReduceOp::User(_) => "user",
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for ReduceOp<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Element types that reduction operations apply to.
+pub trait Reducible: Datatype {
+    /// `op(a, b)`, or `None` when `op` does not apply to this type.
+    fn combine(op: &ReduceOp<Self>, a: Self, b: Self) -> Option<Self>;
+    /// Whether `op` applies to this type.
+    fn supports(op: &ReduceOp<Self>) -> bool;
+}
+
+macro_rules! int_reducible {
+    ($($t:ty),*) => {$(
+        impl Reducible for $t {
+            #[inline]
+            fn combine(op: &ReduceOp<$t>, a: $t, b: $t) -> Option<$t> {
+                Some(match op {
+                    ReduceOp::Sum => a.wrapping_add(b),
+                    ReduceOp::Prod => a.wrapping_mul(b),
+                    ReduceOp::Min => a.min(b),
+                    ReduceOp::Max => a.max(b),
+                    ReduceOp::Band => a & b,
+                    ReduceOp::Bor => a | b,
+                    ReduceOp::Bxor => a ^ b,
+                    ReduceOp::Land => ((a != 0) && (b != 0)) as $t,
+                    ReduceOp::Lor => ((a != 0) || (b != 0)) as $t,
+                    ReduceOp::User(f) => f(a, b),
+                })
+            }
+            fn supports(_: &ReduceOp<$t>) -> bool {
+                true
+            }
+        }
+    )*};
+}
+
+macro_rules! float_reducible {
+    ($($t:ty),*) => {$(
+        impl Reducible for $t {
+            #[inline]
+            fn combine(op: &ReduceOp<$t>, a: $t, b: $t) -> Option<$t> {
+                Some(match op {
+                    ReduceOp::Sum => a + b,
+                    ReduceOp::Prod => a * b,
+                    ReduceOp::Min => a.min(b),
+                    ReduceOp::Max => a.max(b),
+                    ReduceOp::User(f) => f(a, b),
+                    _ => return None,
+                })
+            }
+            fn supports(op: &ReduceOp<$t>) -> bool {
+                !matches!(
+                    op,
+                    ReduceOp::Band | ReduceOp::Bor | ReduceOp::Bxor | ReduceOp::Land | ReduceOp::Lor
+                )
+            }
+        }
+    )*};
+}
+
+int_reducible!(u8, i8, u16, i16, u32, i32, u64, i64, u128, i128, usize, isize);
+float_reducible!(f32, f64);
+
+/// A type-erased reduction over byte buffers: `dst = src (op) dst` when
+/// `src_left`, else `dst = dst (op) src`, element-wise. Lengths are equal
+/// multiples of the element size (checked by the schedule).
+pub type ByteReduce = Rc<dyn Fn(&mut [u8], &[u8], bool)>;
+
+/// The byte-level kernel of `op` on `T`.
+pub fn byte_reduce<T: Reducible>(op: ReduceOp<T>) -> ByteReduce {
+    Rc::new(move |dst: &mut [u8], src: &[u8], src_left: bool| {
+        let sz = std::mem::size_of::<T>();
+        let n = dst.len().min(src.len()) / sz;
+        let d = dst.as_mut_ptr() as *mut T;
+        let s = src.as_ptr() as *const T;
+        for i in 0..n {
+            // SAFETY: `i < n` elements fit in both slices; unaligned reads
+            // and writes are used because scratch buffers are byte vectors;
+            // every bit pattern is a valid `T` (sealed `Datatype`).
+            unsafe {
+                let a = std::ptr::read_unaligned(s.add(i));
+                let b = std::ptr::read_unaligned(d.add(i));
+                let (l, r) = if src_left { (a, b) } else { (b, a) };
+                // `supports` was checked when the collective started.
+                let v = T::combine(&op, l, r).unwrap_or(b);
+                std::ptr::write_unaligned(d.add(i), v);
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ops_apply() {
+        assert_eq!(i32::combine(&ReduceOp::Sum, 2, 3), Some(5));
+        assert_eq!(u8::combine(&ReduceOp::Sum, 250, 10), Some(4));
+        assert_eq!(i64::combine(&ReduceOp::Min, -2, 3), Some(-2));
+        assert_eq!(u16::combine(&ReduceOp::Bxor, 6, 3), Some(5));
+        assert_eq!(i8::combine(&ReduceOp::Land, 2, 0), Some(0));
+        assert_eq!(i8::combine(&ReduceOp::Lor, 2, 0), Some(1));
+        assert_eq!(f64::combine(&ReduceOp::Band, 1.0, 2.0), None);
+        assert!(!f32::supports(&ReduceOp::Lor));
+        assert_eq!(
+            f32::combine(&ReduceOp::user(|a: f32, b: f32| a.max(b) * 2.0), 1.0, 3.0),
+            Some(6.0)
+        );
+        let k = byte_reduce::<u32>(ReduceOp::Sum);
+        let mut d = crate::datatype::as_bytes(&[1u32, 2]).to_vec();
+        k(&mut d, crate::datatype::as_bytes(&[10u32, 20]), true);
+        assert_eq!(d, crate::datatype::as_bytes(&[11u32, 22]));
+    }
+}

@@ -1,0 +1,269 @@
+//! Schedules: collective algorithms as data.
+//!
+//! An algorithm is a function from (rank, communicator shape, sizes) to a
+//! [`Schedule`]: a list of rounds, each a list of [`Step`]s over byte
+//! slices of three kinds of buffer (the user's send buffer, the user's
+//! receive buffer, and scratch buffers the schedule owns). A round is run
+//! as: post every send and receive of the round (in the listed order), wait
+//! for all of them, then carry out the round's local copies and reductions
+//! in order. The same schedule is run by the engine (blocking or as a
+//! nonblocking [`CollRequest`](crate::CollRequest), see `run.rs`) and by the
+//! simulator (`crate::sim`) for thousands of virtual ranks.
+//!
+//! Messages between two ranks within one collective are matched in FIFO
+//! order on the communicator's internal context with a tag unique to the
+//! collective call, so both sides must list the messages they exchange in
+//! the same order (every builder here does).
+
+pub(crate) mod run;
+
+use std::fmt;
+
+/// Which buffer a slice lies in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Buf {
+    /// The user's send (input) buffer; read only.
+    Send,
+    /// The user's receive (output, or in-place) buffer.
+    Recv,
+    /// Scratch buffer `i` owned by the schedule.
+    Scratch(u16),
+}
+
+/// A byte range of a buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slice {
+    pub buf: Buf,
+    pub off: usize,
+    pub len: usize,
+}
+
+/// One step of a round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Send `data` to communicator rank `peer`.
+    Send { peer: usize, data: Slice },
+    /// Receive exactly `data.len` bytes from communicator rank `peer`.
+    Recv { peer: usize, data: Slice },
+    /// `dst = src` (after the round's messages completed).
+    Copy { src: Slice, dst: Slice },
+    /// `dst = op(src, dst)` if `src_left`, else `dst = op(dst, src)`.
+    Reduce {
+        src: Slice,
+        dst: Slice,
+        src_left: bool,
+    },
+}
+
+impl Step {
+    pub fn is_comm(&self) -> bool {
+        matches!(self, Step::Send { .. } | Step::Recv { .. })
+    }
+}
+
+/// The rounds of one rank's part of a collective.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Schedule {
+    pub rounds: Vec<Vec<Step>>,
+    /// Scratch buffer sizes in bytes.
+    pub scratch: Vec<usize>,
+    /// Whether any step reduces (the runner then needs an operation).
+    pub reduces: bool,
+}
+
+/// Why a schedule cannot run on the given buffers (a bug in a builder or
+/// inconsistent arguments).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadSchedule(pub String);
+
+impl fmt::Display for BadSchedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Schedule {
+    /// Number of messages sent and bytes sent, for statistics.
+    pub fn send_volume(&self) -> (usize, usize) {
+        let mut m = 0;
+        let mut b = 0;
+        for s in self.rounds.iter().flatten() {
+            if let Step::Send { data, .. } = s {
+                m += 1;
+                b += data.len;
+            }
+        }
+        (m, b)
+    }
+
+    /// Checks every slice against the buffer lengths (`send_len`,
+    /// `recv_len`, scratch sizes), that nothing writes the send buffer,
+    /// that peers are below `size` and not `rank`, and that reductions do
+    /// not overlap themselves.
+    pub fn validate(
+        &self,
+        rank: usize,
+        size: usize,
+        send_len: usize,
+        recv_len: usize,
+    ) -> Result<(), BadSchedule> {
+        let cap = |b: Buf| match b {
+            Buf::Send => Some(send_len),
+            Buf::Recv => Some(recv_len),
+            Buf::Scratch(i) => self.scratch.get(i as usize).copied(),
+        };
+        let check = |s: &Slice, write: bool| -> Result<(), BadSchedule> {
+            let c = cap(s.buf).ok_or_else(|| BadSchedule(format!("{s:?}: no such buffer")))?;
+            if s.off.checked_add(s.len).map_or(true, |end| end > c) {
+                return Err(BadSchedule(format!(
+                    "{s:?} exceeds its buffer of {c} bytes"
+                )));
+            }
+            if write && s.buf == Buf::Send && s.len > 0 {
+                return Err(BadSchedule(format!("{s:?} writes the send buffer")));
+            }
+            Ok(())
+        };
+        let overlap = |a: &Slice, b: &Slice| {
+            a.buf == b.buf
+                && a.len > 0
+                && b.len > 0
+                && a.off < b.off + b.len
+                && b.off < a.off + a.len
+        };
+        for (i, round) in self.rounds.iter().enumerate() {
+            for s in round {
+                match s {
+                    Step::Send { peer, data } | Step::Recv { peer, data } => {
+                        if *peer >= size || *peer == rank {
+                            return Err(BadSchedule(format!(
+                                "round {i}: peer {peer} invalid for rank {rank} of {size}"
+                            )));
+                        }
+                        check(data, matches!(s, Step::Recv { .. }))?;
+                    }
+                    Step::Copy { src, dst } => {
+                        check(src, false)?;
+                        check(dst, true)?;
+                        if src.len != dst.len {
+                            return Err(BadSchedule(format!("round {i}: copy length mismatch")));
+                        }
+                    }
+                    Step::Reduce { src, dst, .. } => {
+                        check(src, false)?;
+                        check(dst, true)?;
+                        if src.len != dst.len || overlap(src, dst) {
+                            return Err(BadSchedule(format!(
+                                "round {i}: reduce {src:?} -> {dst:?} mismatched or overlapping"
+                            )));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Builds a schedule in element units (`esize` bytes per element).
+#[derive(Debug)]
+pub struct Builder {
+    esize: usize,
+    sched: Schedule,
+    cur: Vec<Step>,
+}
+
+/// A slice in element units: (buffer, offset, length).
+pub type El = (Buf, usize, usize);
+
+impl Builder {
+    pub fn new(esize: usize) -> Builder {
+        Builder {
+            esize: esize.max(1),
+            sched: Schedule::default(),
+            cur: Vec::new(),
+        }
+    }
+
+    fn sl(&self, (buf, off, len): El) -> Slice {
+        Slice {
+            buf,
+            off: off * self.esize,
+            len: len * self.esize,
+        }
+    }
+
+    /// A new scratch buffer of `elems` elements.
+    pub fn scratch(&mut self, elems: usize) -> Buf {
+        self.sched.scratch.push(elems * self.esize);
+        Buf::Scratch((self.sched.scratch.len() - 1) as u16)
+    }
+
+    pub fn send(&mut self, peer: usize, s: El) {
+        let data = self.sl(s);
+        self.cur.push(Step::Send { peer, data });
+    }
+
+    pub fn recv(&mut self, peer: usize, s: El) {
+        let data = self.sl(s);
+        self.cur.push(Step::Recv { peer, data });
+    }
+
+    /// A local copy; skipped when empty or a no-op.
+    pub fn copy(&mut self, src: El, dst: El) {
+        if src.2 == 0 || (src.0 == dst.0 && src.1 == dst.1) {
+            return;
+        }
+        let (src, dst) = (self.sl(src), self.sl(dst));
+        self.cur.push(Step::Copy { src, dst });
+    }
+
+    /// `dst = op(src, dst)` if `src_left`, else `dst = op(dst, src)`.
+    pub fn reduce(&mut self, src: El, dst: El, src_left: bool) {
+        if src.2 == 0 {
+            return;
+        }
+        let (src, dst) = (self.sl(src), self.sl(dst));
+        self.sched.reduces = true;
+        self.cur.push(Step::Reduce { src, dst, src_left });
+    }
+
+    /// Closes the current round (no-op when empty).
+    pub fn end_round(&mut self) {
+        if !self.cur.is_empty() {
+            let r = std::mem::take(&mut self.cur);
+            self.sched.rounds.push(r);
+        }
+    }
+
+    pub fn finish(mut self) -> Schedule {
+        self.end_round();
+        self.sched
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builder_and_validation() {
+        let mut b = Builder::new(4);
+        let t = b.scratch(2);
+        b.recv(1, (t, 0, 2));
+        b.send(1, (Buf::Send, 0, 2));
+        b.reduce((t, 0, 2), (Buf::Recv, 0, 2), true);
+        b.end_round();
+        b.copy((Buf::Recv, 0, 1), (Buf::Recv, 0, 1));
+        let s = b.finish();
+        assert_eq!(s.rounds.len(), 1);
+        assert!(s.reduces);
+        assert_eq!(s.scratch, vec![8]);
+        assert!(s.validate(0, 2, 8, 8).is_ok());
+        assert!(s.validate(0, 2, 8, 4).is_err());
+        assert!(s.validate(1, 2, 8, 8).is_err());
+        let mut b = Builder::new(1);
+        b.recv(1, (Buf::Send, 0, 1));
+        assert!(b.finish().validate(0, 2, 1, 1).is_err());
+    }
+}

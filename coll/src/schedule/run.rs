@@ -1,0 +1,442 @@
+//! Runs a [`Schedule`] on the point-to-point engine.
+//!
+//! A [`Run`] holds the schedule, raw views of the user's buffers (kept
+//! borrowed by the caller: the blocking call's frame or a
+//! [`CollRequest`](crate::CollRequest)'s lifetime), its scratch buffers and
+//! the reduction kernel. `step` posts the current round's messages, and once
+//! they all completed carries out the round's local steps and moves on.
+//!
+//! Nonblocking collectives register their run in a per-thread list that
+//! [`progress_hook`] (called by the engine's progress loop) steps, so every
+//! collective in flight advances whatever the caller waits on.
+//!
+//! On a failure (a lost peer, a length mismatch) the round is abandoned:
+//! unmatched receives are withdrawn, unfinished sends keep going from a
+//! private copy of their data, and transfers already moving data are
+//! waited for (they end or fail in bounded time), so the user's buffers are
+//! free once the collective returns its error.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use super::{Buf, Schedule, Slice, Step};
+use crate::engine::ops::{Op as EngOp, OpKind, RecvStage, SendStage, Token};
+use crate::engine::{Engine, Posted2};
+use crate::error::{Error, Op, Result};
+use crate::ops::ByteReduce;
+
+/// One rank's execution of one schedule.
+pub(crate) struct Run {
+    sched: Schedule,
+    round: usize,
+    posted: bool,
+    pending: Vec<Token>,
+    aborting: bool,
+    send: *const u8,
+    recv: *mut u8,
+    scratch: Vec<Vec<u8>>,
+    reduce: Option<ByteReduce>,
+    ctx: u32,
+    tag: i32,
+    me: u32,
+    group: Rc<[usize]>,
+    op: Op,
+    err: Option<Error>,
+    done: bool,
+    /// Any-source receive that nobody sends to: the engine fails it when
+    /// any member of the communicator dies, so every survivor's run ends
+    /// with `PeerLost`, not only those talking to the dead rank.
+    sentinel: Option<Token>,
+    sentinel_posted: bool,
+}
+
+/// Bit that turns a collective's tag into its (never sent) sentinel tag.
+const SENTINEL_BIT: i32 = 1 << 30;
+
+/// Where a run talks: context, tag, this rank, the group's world ranks.
+pub(crate) struct Wire {
+    pub ctx: u32,
+    pub tag: i32,
+    pub me: usize,
+    pub group: Rc<[usize]>,
+    pub world_rank: usize,
+}
+
+impl Run {
+    /// A run of `sched` over `send` (read only) and `recv`.
+    ///
+    /// # Safety
+    /// `send_len` bytes at `send` must stay readable and `recv_len` bytes at
+    /// `recv` writable (and not otherwise accessed) until the run is done.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn new(
+        sched: Schedule,
+        send: *const u8,
+        send_len: usize,
+        recv: *mut u8,
+        recv_len: usize,
+        reduce: Option<ByteReduce>,
+        wire: Wire,
+        op: Op,
+    ) -> Result<Run> {
+        let invalid = |detail: String| Error::InvalidArgument {
+            rank: wire.world_rank,
+            op,
+            detail,
+        };
+        sched
+            .validate(wire.me, wire.group.len(), send_len, recv_len)
+            .map_err(|b| invalid(format!("schedule does not fit the buffers: {b}")))?;
+        if sched.reduces && reduce.is_none() {
+            return Err(invalid(
+                "schedule reduces but no operation was given".into(),
+            ));
+        }
+        let scratch = sched.scratch.iter().map(|&n| vec![0u8; n]).collect();
+        Ok(Run {
+            sched,
+            round: 0,
+            posted: false,
+            pending: Vec::new(),
+            aborting: false,
+            send,
+            recv,
+            scratch,
+            reduce,
+            ctx: wire.ctx,
+            tag: wire.tag,
+            me: wire.me as u32,
+            group: wire.group,
+            op,
+            err: None,
+            done: false,
+            sentinel: None,
+            sentinel_posted: false,
+        })
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// The outcome, once done.
+    pub fn take_result(&mut self) -> Result<()> {
+        match self.err.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn ptr(&mut self, s: &Slice) -> *mut u8 {
+        let base = match s.buf {
+            Buf::Send => self.send as *mut u8,
+            Buf::Recv => self.recv,
+            Buf::Scratch(i) => self.scratch[i as usize].as_mut_ptr(),
+        };
+        // SAFETY: `validate` checked `off + len` against the buffer length.
+        unsafe { base.add(s.off) }
+    }
+
+    fn failed(e: &Engine, t: Token) -> bool {
+        matches!(
+            e.st.ops.get(t),
+            Some(EngOp {
+                result: Some(Err(_)),
+                ..
+            })
+        )
+    }
+
+    /// Whether `step` can do something now.
+    pub fn round_ready(&self, e: &Engine) -> bool {
+        self.done
+            || !self.posted
+            || self.pending.iter().all(|&t| e.is_done(t))
+            || (!self.aborting
+                && (self.pending.iter().any(|&t| Self::failed(e, t))
+                    || self.sentinel.is_some_and(|t| e.is_done(t))))
+    }
+
+    /// Posts the sentinel (communicators of more than two ranks; with two,
+    /// every failure is seen directly), failing at once if a member is
+    /// already gone.
+    fn post_sentinel(&mut self, e: &mut Engine) -> Result<()> {
+        self.sentinel_posted = true;
+        if self.group.len() <= 2 || self.sched.rounds.is_empty() {
+            return Ok(());
+        }
+        for (r, &w) in self.group.iter().enumerate() {
+            if r != self.me as usize {
+                if let Some(err) = e.peer_lost(w, self.op) {
+                    return Err(err);
+                }
+            }
+        }
+        let t = e.post_recv(
+            self.ctx,
+            None,
+            None,
+            Some(self.tag | SENTINEL_BIT),
+            &self.group,
+            std::ptr::NonNull::<u8>::dangling().as_ptr(),
+            0,
+        );
+        self.sentinel = Some(t);
+        Ok(())
+    }
+
+    /// Withdraws the sentinel (or takes its error).
+    fn drop_sentinel(&mut self, e: &mut Engine) {
+        if let Some(t) = self.sentinel.take() {
+            if e.is_done(t) {
+                if let Some(Err(x)) = e.take_result(t) {
+                    self.record(x);
+                }
+            } else {
+                e.st.matcher.unpost(t);
+                e.st.ops.remove(t);
+            }
+        }
+    }
+
+    fn record(&mut self, err: Error) {
+        if self.err.is_none() {
+            self.err = Some(err.with_op(self.op));
+        }
+    }
+
+    /// Abandons the current round after a failure (see the module doc).
+    fn abort(&mut self, e: &mut Engine) {
+        self.aborting = true;
+        let mut keep = Vec::new();
+        for t in std::mem::take(&mut self.pending) {
+            if e.is_done(t) {
+                if let Some(Err(x)) = e.take_result(t) {
+                    self.record(x);
+                }
+                continue;
+            }
+            match e.st.ops.get_mut(t) {
+                Some(EngOp {
+                    kind:
+                        OpKind::Recv {
+                            stage: RecvStage::Posted,
+                            ..
+                        },
+                    ..
+                }) => {
+                    e.st.matcher.unpost(t);
+                    e.st.ops.remove(t);
+                }
+                Some(EngOp {
+                    kind:
+                        OpKind::Send {
+                            buf, len, stage, ..
+                        },
+                    ..
+                }) if *stage != SendStage::Streaming => {
+                    // SAFETY: the send's buffer is still borrowed by this
+                    // run; the copy is leaked so the orphaned send may read
+                    // it whenever the peer asks for the data.
+                    let copy: &'static [u8] =
+                        Box::leak(unsafe { std::slice::from_raw_parts(*buf, *len) }.into());
+                    *buf = copy.as_ptr();
+                }
+                _ => keep.push(t),
+            }
+        }
+        self.pending = keep;
+    }
+
+    /// Advances as far as possible; returns how much happened.
+    pub fn step(&mut self, e: &mut Engine) -> usize {
+        let mut work = 0;
+        if !self.sentinel_posted && !self.done {
+            if let Err(x) = self.post_sentinel(e) {
+                self.record(x);
+                self.done = true;
+                return 1;
+            }
+        }
+        let n = self.step_rounds(e);
+        work += n;
+        if self.done {
+            self.drop_sentinel(e);
+        }
+        work
+    }
+
+    fn step_rounds(&mut self, e: &mut Engine) -> usize {
+        let mut work = 0;
+        while !self.done {
+            if self.aborting {
+                if self.pending.iter().all(|&t| e.is_done(t)) {
+                    for t in std::mem::take(&mut self.pending) {
+                        let _ = e.take_result(t);
+                    }
+                    self.done = true;
+                    work += 1;
+                }
+                return work;
+            }
+            if self.round >= self.sched.rounds.len() {
+                self.done = true;
+                work += 1;
+                break;
+            }
+            if !self.posted {
+                self.posted = true;
+                work += 1;
+                if let Err(x) = self.post(e) {
+                    self.record(x);
+                    self.abort(e);
+                    continue;
+                }
+            }
+            if self.pending.iter().any(|&t| Self::failed(e, t)) {
+                self.abort(e);
+                continue;
+            }
+            if self.sentinel.is_some_and(|t| e.is_done(t)) {
+                // A member died: take its error and abandon the round.
+                self.drop_sentinel(e);
+                self.abort(e);
+                continue;
+            }
+            if !self.pending.iter().all(|&t| e.is_done(t)) {
+                return work;
+            }
+            for t in std::mem::take(&mut self.pending) {
+                if let Some(Err(x)) = e.take_result(t) {
+                    self.record(x);
+                }
+            }
+            if self.err.is_some() {
+                self.done = true;
+                break;
+            }
+            self.local_steps();
+            self.round += 1;
+            self.posted = false;
+            work += 1;
+        }
+        work
+    }
+
+    fn post(&mut self, e: &mut Engine) -> Result<()> {
+        for i in 0..self.sched.rounds[self.round].len() {
+            let s = self.sched.rounds[self.round][i].clone();
+            match s {
+                Step::Recv { peer, data } => {
+                    let p = self.ptr(&data);
+                    let t = e.post_recv(
+                        self.ctx,
+                        Some(peer as u32),
+                        Some(self.group[peer]),
+                        Some(self.tag),
+                        &self.group,
+                        p,
+                        data.len,
+                    );
+                    self.pending.push(t);
+                }
+                Step::Send { peer, data } => {
+                    let p = self.ptr(&data);
+                    match e.post_send(self.group[peer], self.ctx, self.me, self.tag, p, data.len)? {
+                        Posted2::Done => {}
+                        Posted2::Pending(t) => self.pending.push(t),
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn local_steps(&mut self) {
+        for i in 0..self.sched.rounds[self.round].len() {
+            let s = self.sched.rounds[self.round][i].clone();
+            match s {
+                Step::Copy { src, dst } => {
+                    let (a, b) = (self.ptr(&src), self.ptr(&dst));
+                    // SAFETY: both ranges were validated against their
+                    // buffers; `copy` allows overlap.
+                    unsafe { std::ptr::copy(a, b, src.len) };
+                }
+                Step::Reduce { src, dst, src_left } => {
+                    let (a, b) = (self.ptr(&src), self.ptr(&dst));
+                    // SAFETY: validated, equal lengths, not overlapping.
+                    let (s, d) = unsafe {
+                        (
+                            std::slice::from_raw_parts(a as *const u8, src.len),
+                            std::slice::from_raw_parts_mut(b, dst.len),
+                        )
+                    };
+                    if let Some(f) = &self.reduce {
+                        f(d, s, src_left);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+thread_local! {
+    static ACTIVE: RefCell<Vec<Rc<RefCell<Run>>>> = const { RefCell::new(Vec::new()) };
+    static COUNT: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Lets the progress loop advance `run` until it is done.
+pub(crate) fn register(run: Rc<RefCell<Run>>) {
+    ACTIVE.with(|a| {
+        let mut a = a.borrow_mut();
+        a.push(run);
+        COUNT.with(|c| c.set(a.len()));
+    });
+}
+
+/// Removes `run` from the progress list.
+pub(crate) fn unregister(run: &Rc<RefCell<Run>>) {
+    ACTIVE.with(|a| {
+        if let Ok(mut a) = a.try_borrow_mut() {
+            a.retain(|r| !Rc::ptr_eq(r, run));
+            COUNT.with(|c| c.set(a.len()));
+        }
+    });
+}
+
+/// Advances every registered nonblocking collective once (called from
+/// `Engine::progress`); returns how much happened.
+#[inline]
+pub(crate) fn progress_hook(e: &mut Engine) -> usize {
+    if COUNT.with(|c| c.get()) == 0 {
+        return 0;
+    }
+    ACTIVE.with(|a| {
+        let Ok(mut a) = a.try_borrow_mut() else {
+            return 0;
+        };
+        let mut n = 0;
+        a.retain(|r| match r.try_borrow_mut() {
+            Ok(mut r) => {
+                n += r.step(e);
+                !r.is_done()
+            }
+            Err(_) => true,
+        });
+        COUNT.with(|c| c.set(a.len()));
+        n
+    })
+}
+
+/// Runs `run` to completion.
+pub(crate) fn run_blocking(e: &mut Engine, run: &mut Run) -> Result<()> {
+    loop {
+        run.step(e);
+        if run.is_done() {
+            return run.take_result();
+        }
+        e.wait_until(|e| run.round_ready(e));
+    }
+}

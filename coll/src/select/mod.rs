@@ -1,0 +1,494 @@
+//! Algorithm selection: one table keyed by collective, communicator size,
+//! ranks per node and **bytes per rank**, mapping to an algorithm and its
+//! parameters (pipeline segment, in-flight window).
+//!
+//! Order of precedence for each call:
+//! 1. [`force_algorithm`] (a per-thread override for tests and benchmarks);
+//! 2. `IBCOLL_<COLL>_ALGORITHM=name` (an unknown name is an error listing
+//!    the valid ones);
+//! 3. the JSON table in `IBCOLL_TUNING_FILE`, if set (its rules are tried
+//!    before the defaults);
+//! 4. the compiled-in default table ([`Table::default_table`]).
+//!
+//! Bytes per rank: the vector for bcast/reduce/allreduce/scan/exscan, one
+//! rank's block for gather/scatter/allgather/alltoall/reduce_scatter_block,
+//! the average block for allgatherv/reduce_scatter; gatherv, scatterv and
+//! alltoallv select with 0 bytes (the counts may differ between ranks, and
+//! every rank must pick the same algorithm).
+//!
+//! # Tuning file format
+//! ```json
+//! { "rules": [
+//!   { "collective": "allreduce", "algorithm": "ring",
+//!     "max_comm_size": 64, "max_ranks_per_node": 8, "max_bytes": 1048576,
+//!     "min_nodes": 1, "segment_bytes": 65536, "window": 8 }
+//! ] }
+//! ```
+//! A rule matches when the communicator size, ranks per node and bytes per
+//! rank are each at most its `max_*` (a missing bound is unbounded) and the
+//! communicator spans at least `min_nodes` nodes (default 1; estimated as
+//! `ceil(size / ranks per node)`); the first matching rule wins. `segment_bytes` (pipelined algorithms) and
+//! `window` (linear alltoall) default to 65536 and 8.
+
+pub mod json;
+
+use std::cell::RefCell;
+
+use crate::algorithms::{algorithms, find, Collective};
+use crate::error::{Error, Result};
+use json::Value;
+
+/// What selection picked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Choice {
+    pub algorithm: &'static str,
+    pub segment_bytes: usize,
+    pub window: usize,
+}
+
+/// One rule of a table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    pub collective: Collective,
+    pub max_comm_size: usize,
+    pub max_ranks_per_node: usize,
+    pub max_bytes: usize,
+    /// At least this many nodes (estimated as `ceil(size / ranks per
+    /// node)`, exact for block placement); 1 = any.
+    pub min_nodes: usize,
+    pub algorithm: &'static str,
+    pub segment_bytes: usize,
+    pub window: usize,
+}
+
+/// A selection table: rules tried in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Table {
+    pub rules: Vec<Rule>,
+}
+
+const SEG: usize = 65536;
+const WINDOW: usize = 8;
+const ANY: usize = usize::MAX;
+
+fn rule(c: Collective, size: usize, ppn: usize, bytes: usize, alg: &'static str) -> Rule {
+    Rule {
+        collective: c,
+        max_comm_size: size,
+        max_ranks_per_node: ppn,
+        max_bytes: bytes,
+        min_nodes: 1,
+        algorithm: alg,
+        segment_bytes: SEG,
+        window: WINDOW,
+    }
+}
+
+impl Table {
+    /// The compiled-in table.
+    ///
+    /// How it was made: the crossovers start from the classic cost analysis
+    /// (latency-bound algorithms with log2(n) whole-vector steps for small
+    /// data, bandwidth-optimal reduce-scatter/allgather schemes for large;
+    /// the simulator's α-β-γ model agrees), then points were measured with
+    /// `ibcoll-bench <collective> --algorithm NAME -m 8:1M` on the 2-core
+    /// development VM (2 and 4 ranks on one node, 4 ranks on 2 virtual
+    /// nodes over tcp) and the rules moved where a winner was clear beyond
+    /// the noise; numbers in `docs/COLLECTIVES.md`. Retune on a real
+    /// cluster with a tuning file.
+    pub fn default_table() -> Table {
+        use Collective::*;
+        let k = 1024;
+        let mut multi = rule(Allreduce, ANY, ANY, ANY, "node_aware");
+        multi.min_nodes = 2;
+        Table {
+            rules: vec![
+                rule(Barrier, ANY, ANY, ANY, "dissemination"),
+                // Binomial up to 512 KiB on 4 ranks; scatter+allgather
+                // wins for larger groups (fewer bytes through the root).
+                rule(Bcast, ANY, ANY, 64 * k, "binomial"),
+                rule(Bcast, 8, ANY, ANY, "binomial"),
+                rule(Bcast, ANY, ANY, ANY, "scatter_allgather"),
+                // Binomial 1.4-4.9 us vs 27-33 us up to 8 KiB; from 32 KiB
+                // reduce-scatter + gather (33 vs 105 us; 353 vs 1601 us at
+                // 512 KiB).
+                rule(Reduce, ANY, ANY, 16 * k, "binomial"),
+                rule(Reduce, ANY, ANY, ANY, "reduce_scatter_gather"),
+                // One rank per node: by size. Several nodes with several
+                // ranks each: node-aware (1.1 ms like recursive doubling
+                // for small vectors over 2 virtual nodes, 7.3 ms vs 8.9
+                // (Rabenseifner) and 18 (recursive doubling) at 1 MiB).
+                rule(Allreduce, ANY, 1, 32 * k, "recursive_doubling"),
+                rule(Allreduce, 8, 1, 512 * k, "ring"),
+                rule(Allreduce, ANY, 1, ANY, "rabenseifner"),
+                multi,
+                // One node: recursive doubling up to 32 KiB (0.5-2.5 us on
+                // 2 ranks, 6-17 us on 4), ring at 64-512 KiB on few ranks
+                // (3.9 vs 11.5 us at 64 KiB on 2; 48 vs 85-126 us at
+                // 128 KiB on 4), Rabenseifner beyond.
+                rule(Allreduce, ANY, ANY, 32 * k, "recursive_doubling"),
+                rule(Allreduce, 8, ANY, 512 * k, "ring"),
+                rule(Allreduce, ANY, ANY, ANY, "rabenseifner"),
+                // Linear gather/scatter beat binomial on few ranks (the
+                // root posts everything at once); binomial for many ranks
+                // and small blocks.
+                rule(Gather, 15, ANY, ANY, "linear"),
+                rule(Gather, ANY, ANY, 2 * k, "binomial"),
+                rule(Gather, ANY, ANY, ANY, "linear"),
+                rule(Gatherv, ANY, ANY, ANY, "linear"),
+                rule(Scatter, 15, ANY, ANY, "linear"),
+                rule(Scatter, ANY, ANY, 2 * k, "binomial"),
+                rule(Scatter, ANY, ANY, ANY, "linear"),
+                rule(Scatterv, ANY, ANY, ANY, "linear"),
+                // Recursive doubling for small blocks, ring from 32 KiB
+                // (28 vs 63 us; Bruck's extra copies cost 93 us).
+                rule(Allgather, ANY, ANY, 8 * k, "recursive_doubling"),
+                rule(Allgather, ANY, ANY, ANY, "ring"),
+                rule(Allgatherv, ANY, ANY, 8 * k, "bruck"),
+                rule(Allgatherv, ANY, ANY, ANY, "ring"),
+                // Bruck for tiny blocks (9-16 us vs 10-30), linear with a
+                // window from there (13-617 us vs 19-2115 pairwise).
+                rule(Alltoall, ANY, ANY, k, "bruck"),
+                rule(Alltoall, ANY, ANY, ANY, "linear"),
+                rule(Alltoallv, ANY, ANY, ANY, "linear"),
+                // Recursive halving up to 8 KiB, ring from 32 KiB (120 vs
+                // 112 us, then 302 vs 1353 us at 128 KiB).
+                rule(ReduceScatter, ANY, ANY, 8 * k, "recursive_halving"),
+                rule(ReduceScatter, ANY, ANY, ANY, "ring"),
+                rule(ReduceScatterBlock, ANY, ANY, 8 * k, "recursive_halving"),
+                rule(ReduceScatterBlock, ANY, ANY, ANY, "ring"),
+                rule(Scan, ANY, ANY, ANY, "recursive_doubling"),
+                rule(Exscan, ANY, ANY, ANY, "recursive_doubling"),
+            ],
+        }
+    }
+
+    /// The first rule matching the key.
+    pub fn lookup(&self, c: Collective, size: usize, ppn: usize, bytes: usize) -> Option<Choice> {
+        self.rules
+            .iter()
+            .find(|r| {
+                r.collective == c
+                    && size <= r.max_comm_size
+                    && ppn <= r.max_ranks_per_node
+                    && bytes <= r.max_bytes
+                    && size.div_ceil(ppn.max(1)) >= r.min_nodes
+            })
+            .map(|r| Choice {
+                algorithm: r.algorithm,
+                segment_bytes: r.segment_bytes,
+                window: r.window,
+            })
+    }
+
+    /// Reads a table in the format of the module doc.
+    pub fn from_json(text: &str) -> std::result::Result<Table, String> {
+        let v = json::parse(text)?;
+        let Value::Obj(top) = v else {
+            return Err("the top level must be an object with \"rules\"".into());
+        };
+        let Some(Value::Arr(rules)) = top.get("rules") else {
+            return Err("missing \"rules\" array".into());
+        };
+        let mut out = Vec::new();
+        for (i, r) in rules.iter().enumerate() {
+            let Value::Obj(m) = r else {
+                return Err(format!("rule {i} is not an object"));
+            };
+            for k in m.keys() {
+                if ![
+                    "collective",
+                    "algorithm",
+                    "max_comm_size",
+                    "max_ranks_per_node",
+                    "max_bytes",
+                    "min_nodes",
+                    "segment_bytes",
+                    "window",
+                ]
+                .contains(&k.as_str())
+                {
+                    return Err(format!("rule {i}: unknown field {k:?}"));
+                }
+            }
+            let s = |k: &str| match m.get(k) {
+                Some(Value::Str(s)) => Ok(s.clone()),
+                _ => Err(format!("rule {i}: {k:?} must be a string")),
+            };
+            let num = |k: &str, dflt: usize| match m.get(k) {
+                None | Some(Value::Null) => Ok(dflt),
+                Some(Value::Num(x)) if *x >= 0.0 && x.fract() == 0.0 => Ok(if *x >= 1.8e19 {
+                    usize::MAX
+                } else {
+                    *x as usize
+                }),
+                _ => Err(format!("rule {i}: {k:?} must be a non-negative integer")),
+            };
+            let cname = s("collective")?;
+            let c = Collective::from_name(&cname).ok_or_else(|| {
+                format!(
+                    "rule {i}: unknown collective {cname:?} (valid: {})",
+                    Collective::ALL.map(|c| c.name()).join(", ")
+                )
+            })?;
+            let aname = s("algorithm")?;
+            let a = find(c, &aname).ok_or_else(|| {
+                format!(
+                    "rule {i}: unknown {} algorithm {aname:?} (valid: {})",
+                    c.name(),
+                    names(c)
+                )
+            })?;
+            out.push(Rule {
+                collective: c,
+                max_comm_size: num("max_comm_size", ANY)?,
+                max_ranks_per_node: num("max_ranks_per_node", ANY)?,
+                max_bytes: num("max_bytes", ANY)?,
+                min_nodes: num("min_nodes", 1)?,
+                algorithm: a.name,
+                segment_bytes: num("segment_bytes", SEG)?.max(1),
+                window: num("window", WINDOW)?.max(1),
+            });
+        }
+        Ok(Table { rules: out })
+    }
+}
+
+/// The valid algorithm names of `c`, comma-separated.
+pub fn names(c: Collective) -> String {
+    algorithms(c)
+        .iter()
+        .map(|a| a.name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+thread_local! {
+    static FORCED: RefCell<[Option<&'static str>; 16]> = const { RefCell::new([None; 16]) };
+    static FILE: RefCell<Option<std::result::Result<Option<Table>, String>>> = const { RefCell::new(None) };
+    static DEFAULT: Table = Table::default_table();
+    /// `IBCOLL_<COLL>_ALGORITHM`, read once per collective.
+    static ENV: RefCell<[Option<EnvChoice>; 16]> = const { RefCell::new([ENV_UNREAD; 16]) };
+}
+
+const ENV_UNREAD: Option<EnvChoice> = None;
+
+/// What `IBCOLL_<COLL>_ALGORITHM` says.
+#[derive(Clone)]
+enum EnvChoice {
+    Auto,
+    Alg(&'static str),
+    Unknown(String),
+}
+
+fn env_choice(c: Collective) -> EnvChoice {
+    ENV.with(|m| {
+        m.borrow_mut()[c.index()]
+            .get_or_insert_with(|| match std::env::var(c.env_var()) {
+                Ok(v) if !v.is_empty() && v != "auto" => match find(c, &v) {
+                    Some(a) => EnvChoice::Alg(a.name),
+                    None => EnvChoice::Unknown(v),
+                },
+                _ => EnvChoice::Auto,
+            })
+            .clone()
+    })
+}
+
+fn default_lookup(c: Collective, size: usize, ppn: usize, bytes: usize) -> Option<Choice> {
+    DEFAULT.with(|t| t.lookup(c, size, ppn, bytes))
+}
+
+/// Forces (or with `None` releases) the algorithm of `c` for every later
+/// call on this thread, over the environment and tables. For tests and
+/// benchmarks; every rank must force the same. An unknown name is an
+/// `InvalidArgument` listing the valid ones (its `rank` is 0: selection
+/// does not know the process's rank).
+pub fn force_algorithm(c: Collective, name: Option<&str>) -> Result<()> {
+    let Some(name) = name else {
+        FORCED.with(|f| f.borrow_mut()[c.index()] = None);
+        return Ok(());
+    };
+    let a = find(c, name).ok_or_else(|| Error::InvalidArgument {
+        rank: 0,
+        op: crate::error::Op::Collective(c),
+        detail: format!(
+            "unknown {} algorithm {name:?} (valid: {})",
+            c.name(),
+            names(c)
+        ),
+    })?;
+    FORCED.with(|f| f.borrow_mut()[c.index()] = Some(a.name));
+    Ok(())
+}
+
+fn file_lookup(c: Collective, size: usize, ppn: usize, bytes: usize) -> Result<Option<Choice>> {
+    if FILE.with(|f| matches!(&*f.borrow(), Some(Ok(None)))) {
+        return Ok(None);
+    }
+    Ok(tuning_file()?.and_then(|t| t.lookup(c, size, ppn, bytes)))
+}
+
+fn tuning_file() -> Result<Option<Table>> {
+    FILE.with(|f| {
+        let mut f = f.borrow_mut();
+        if f.is_none() {
+            let loaded = match std::env::var("IBCOLL_TUNING_FILE") {
+                Err(_) => Ok(None),
+                Ok(p) if p.is_empty() => Ok(None),
+                Ok(p) => std::fs::read_to_string(&p)
+                    .map_err(|e| format!("cannot read {p}: {e}"))
+                    .and_then(|t| Table::from_json(&t))
+                    .map(Some),
+            };
+            *f = Some(loaded);
+        }
+        match f.as_ref() {
+            Some(Ok(t)) => Ok(t.clone()),
+            Some(Err(e)) => Err(Error::Config {
+                var: "IBCOLL_TUNING_FILE",
+                value: std::env::var("IBCOLL_TUNING_FILE").unwrap_or_default(),
+                detail: e.clone(),
+            }),
+            None => Ok(None),
+        }
+    })
+}
+
+/// Picks the algorithm for one call (see the module doc).
+pub fn choose(c: Collective, size: usize, ppn: usize, bytes: usize) -> Result<Choice> {
+    let dflt = |alg: &'static str| Choice {
+        algorithm: alg,
+        segment_bytes: SEG,
+        window: WINDOW,
+    };
+    if let Some(a) = FORCED.with(|f| f.borrow()[c.index()]) {
+        let base = default_lookup(c, size, ppn, bytes);
+        return Ok(Choice {
+            algorithm: a,
+            ..base.unwrap_or(dflt(a))
+        });
+    }
+    match env_choice(c) {
+        EnvChoice::Auto => {}
+        EnvChoice::Alg(a) => return Ok(dflt(a)),
+        EnvChoice::Unknown(v) => {
+            return Err(Error::Config {
+                var: c.env_var(),
+                value: v,
+                detail: format!("unknown algorithm (valid: auto, {})", names(c)),
+            })
+        }
+    }
+    if let Some(ch) = file_lookup(c, size, ppn, bytes)? {
+        return Ok(ch);
+    }
+    Ok(default_lookup(c, size, ppn, bytes).unwrap_or(dflt(algorithms(c)[0].name)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_table_covers_everything() {
+        let t = Table::default_table();
+        for c in Collective::ALL {
+            for size in [1, 2, 7, 64, 5000] {
+                for bytes in [0, 1, 1 << 12, 1 << 20, 1 << 30] {
+                    let ch = t.lookup(c, size, 4, bytes).expect("a rule");
+                    assert!(find(c, ch.algorithm).is_some(), "{c:?} {}", ch.algorithm);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn multi_node_allreduce_is_node_aware() {
+        let t = Table::default_table();
+        let pick = |size, ppn, bytes| {
+            t.lookup(Collective::Allreduce, size, ppn, bytes)
+                .unwrap()
+                .algorithm
+        };
+        assert_eq!(pick(8, 4, 8), "node_aware");
+        assert_eq!(pick(8, 8, 8), "recursive_doubling");
+        assert_eq!(pick(8, 1, 8), "recursive_doubling");
+        assert_eq!(pick(64, 1, 1 << 20), "rabenseifner");
+        let j = Table::from_json(
+            r#"{"rules":[{"collective":"bcast","algorithm":"chain","min_nodes":3}]}"#,
+        )
+        .unwrap();
+        assert!(j.lookup(Collective::Bcast, 4, 2, 1).is_none());
+        assert!(j.lookup(Collective::Bcast, 6, 2, 1).is_some());
+    }
+
+    #[test]
+    fn json_tables() {
+        let t = Table::from_json(
+            r#"{"rules":[{"collective":"allreduce","algorithm":"ring","max_bytes":100,"window":3},
+                         {"collective":"bcast","algorithm":"chain","segment_bytes":4096}]}"#,
+        )
+        .unwrap();
+        let c = t.lookup(Collective::Allreduce, 8, 1, 100).unwrap();
+        assert_eq!((c.algorithm, c.window), ("ring", 3));
+        assert!(t.lookup(Collective::Allreduce, 8, 1, 101).is_none());
+        assert_eq!(
+            t.lookup(Collective::Bcast, 3, 3, 1 << 30)
+                .unwrap()
+                .segment_bytes,
+            4096
+        );
+        let e = Table::from_json(r#"{"rules":[{"collective":"allreduce","algorithm":"nope"}]}"#)
+            .unwrap_err();
+        assert!(e.contains("recursive_doubling"), "{e}");
+        assert!(Table::from_json(r#"{"rules":[{"collective":"x","algorithm":"ring"}]}"#).is_err());
+        assert!(Table::from_json(
+            r#"{"rules":[{"collective":"bcast","algorithm":"chain","max_bytes":-1}]}"#
+        )
+        .is_err());
+        assert!(Table::from_json(
+            r#"{"rules":[{"collective":"bcast","algorithm":"chain","bogus":1}]}"#
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn forcing() {
+        force_algorithm(Collective::Scan, Some("recursive_doubling")).unwrap();
+        assert_eq!(
+            choose(Collective::Scan, 4, 1, 8).unwrap().algorithm,
+            "recursive_doubling"
+        );
+        let e = force_algorithm(Collective::Bcast, Some("bogus"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("binomial") && e.contains("chain"), "{e}");
+        force_algorithm(Collective::Scan, None).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod registry_tests {
+    use crate::algorithms::{algorithms, Collective};
+    use crate::config::REGISTRY;
+
+    #[test]
+    fn every_variable_is_registered_with_its_algorithms() {
+        assert!(REGISTRY.iter().any(|e| e.name == "IBCOLL_TUNING_FILE"));
+        for c in Collective::ALL {
+            let e = REGISTRY
+                .iter()
+                .find(|e| e.name == c.env_var())
+                .unwrap_or_else(|| panic!("{} not registered", c.env_var()));
+            for a in algorithms(c) {
+                assert!(
+                    e.doc.contains(a.name),
+                    "{}: {} undocumented",
+                    e.name,
+                    a.name
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,574 @@
+//! Every algorithm of every collective, run in the simulator against a
+//! reference, for 1..=64 ranks (several sizes, roots, in place or not,
+//! uneven v-counts) and for 1,000+ ranks at a few sizes.
+
+use super::*;
+use crate::algorithms::{algorithms, prefix, Algorithm, Args, Collective};
+use crate::ops::{byte_reduce, ReduceOp};
+
+type V = u32;
+const ES: usize = 4;
+
+fn val(r: usize, i: usize) -> V {
+    (r as V)
+        .wrapping_mul(1_000_003)
+        .wrapping_add((i as V).wrapping_mul(7919))
+        ^ 0x5a5a
+}
+
+fn to_bytes(v: &[V]) -> Vec<u8> {
+    crate::datatype::as_bytes(v).to_vec()
+}
+
+fn from_bytes(b: &[u8]) -> Vec<V> {
+    b.chunks_exact(4)
+        .map(|c| V::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+fn sum_over(ranks: impl Iterator<Item = usize> + Clone, count: usize, off: usize) -> Vec<V> {
+    (0..count)
+        .map(|i| {
+            ranks
+                .clone()
+                .fold(0 as V, |a, r| a.wrapping_add(val(r, off + i)))
+        })
+        .collect()
+}
+
+/// Uneven counts with zeros, for v-collectives. A salt above 2 draws them
+/// pseudo-randomly (0..=2*count) from the salt.
+fn vcounts(n: usize, count: usize, salt: usize) -> Vec<usize> {
+    if salt > 2 {
+        let mut x = (salt as u64)
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        return (0..n)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((x >> 33) as usize) % (2 * count + 1)
+            })
+            .collect();
+    }
+    (0..n)
+        .map(|i| (i * 7 + salt * 3 + count) % (count + 2))
+        .collect()
+}
+
+/// Displacements with a one-element gap after each block, in reverse order.
+fn gapped(counts: &[usize]) -> (Vec<usize>, usize) {
+    let n = counts.len();
+    let mut d = vec![0; n];
+    let mut off = 0;
+    for i in (0..n).rev() {
+        d[i] = off;
+        off += counts[i] + 1;
+    }
+    (d, off)
+}
+
+struct Case {
+    c: Collective,
+    n: usize,
+    count: usize,
+    root: usize,
+    in_place: bool,
+    nodes: Vec<usize>,
+    /// Varies the v-counts (see `vcounts`).
+    salt: usize,
+}
+
+fn base(case: &Case, r: usize) -> Args {
+    Args {
+        rank: r,
+        size: case.n,
+        root: case.root,
+        esize: ES,
+        count: case.count,
+        in_place: case.in_place,
+        nodes: case.nodes.clone(),
+        seg: 3,
+        window: 3,
+        ..Args::default()
+    }
+}
+
+/// Builds every rank's schedule and buffers, simulates, checks.
+fn check(case: &Case, alg: &Algorithm) -> Result<Stats, String> {
+    let (n, count, root) = (case.n, case.count, case.root);
+    let mut ranks = Vec::with_capacity(n);
+    let mut expect: Vec<Option<Vec<V>>> = Vec::with_capacity(n);
+    let uni_counts = vec![count; n];
+    let uni_displs: Vec<usize> = (0..n).map(|i| i * count).collect();
+    let vc = vcounts(n, count, 1 + case.salt);
+    let (vd, vtotal) = gapped(&vc);
+    for r in 0..n {
+        let mut a = base(case, r);
+        let input: Vec<V> = (0..count).map(|i| val(r, i)).collect();
+        let (send, recv, exp): (Vec<V>, Vec<V>, Option<Vec<V>>) = match case.c {
+            Collective::Barrier => (vec![], vec![], None),
+            Collective::Bcast => {
+                let data: Vec<V> = (0..count).map(|i| val(root, i)).collect();
+                let init = if r == root {
+                    data.clone()
+                } else {
+                    vec![0; count]
+                };
+                (vec![], init, Some(data))
+            }
+            Collective::Reduce | Collective::Allreduce => {
+                let exp = sum_over(0..n, count, 0);
+                let exp = (case.c == Collective::Allreduce || r == root).then_some(exp);
+                if case.in_place {
+                    (vec![], input.clone(), exp)
+                } else {
+                    let recv = if exp.is_some() {
+                        vec![0; count]
+                    } else {
+                        vec![]
+                    };
+                    (input.clone(), recv, exp)
+                }
+            }
+            Collective::Scan | Collective::Exscan => {
+                let excl = case.c == Collective::Exscan;
+                let upto = if excl { r } else { r + 1 };
+                let exp = if excl && r == 0 {
+                    if case.in_place {
+                        input.clone()
+                    } else {
+                        vec![0; count]
+                    }
+                } else {
+                    sum_over(0..upto, count, 0)
+                };
+                if case.in_place {
+                    (vec![], input.clone(), Some(exp))
+                } else {
+                    (input.clone(), vec![0; count], Some(exp))
+                }
+            }
+            Collective::Gather | Collective::Gatherv => {
+                let v = case.c == Collective::Gatherv;
+                let (counts, displs, total) = if v {
+                    (vc.clone(), vd.clone(), vtotal)
+                } else {
+                    (uni_counts.clone(), uni_displs.clone(), n * count)
+                };
+                a.count = counts[r];
+                let mine: Vec<V> = (0..counts[r]).map(|i| val(r, i)).collect();
+                if r == root {
+                    a.counts = counts.clone();
+                    a.displs = displs.clone();
+                    a.canonical = !v;
+                    let mut exp = vec![0; total];
+                    for i in 0..n {
+                        for k in 0..counts[i] {
+                            exp[displs[i] + k] = val(i, k);
+                        }
+                    }
+                    if case.in_place {
+                        let mut init = vec![0; total];
+                        init[displs[r]..displs[r] + counts[r]].copy_from_slice(&mine);
+                        (vec![], init, Some(exp))
+                    } else {
+                        (mine, vec![0; total], Some(exp))
+                    }
+                } else {
+                    a.in_place = false;
+                    a.counts = if v { vec![0; n] } else { counts.clone() };
+                    a.displs = if v { vec![0; n] } else { displs.clone() };
+                    (mine, vec![], None)
+                }
+            }
+            Collective::Scatter | Collective::Scatterv => {
+                let v = case.c == Collective::Scatterv;
+                let (counts, displs, total) = if v {
+                    (vc.clone(), vd.clone(), vtotal)
+                } else {
+                    (uni_counts.clone(), uni_displs.clone(), n * count)
+                };
+                a.count = counts[r];
+                let exp: Vec<V> = (0..counts[r]).map(|k| val(r, k)).collect();
+                if r == root {
+                    a.counts = counts.clone();
+                    a.displs = displs.clone();
+                    let mut all = vec![0; total];
+                    for i in 0..n {
+                        for k in 0..counts[i] {
+                            all[displs[i] + k] = val(i, k);
+                        }
+                    }
+                    if case.in_place {
+                        (all, vec![], None)
+                    } else {
+                        (all, vec![0; counts[r]], Some(exp))
+                    }
+                } else {
+                    a.in_place = false;
+                    a.counts = if v { vec![0; n] } else { counts.clone() };
+                    a.displs = if v { vec![0; n] } else { displs.clone() };
+                    (vec![], vec![0; counts[r]], Some(exp))
+                }
+            }
+            Collective::Allgather | Collective::Allgatherv => {
+                let v = case.c == Collective::Allgatherv;
+                let (counts, displs, total) = if v {
+                    (vc.clone(), vd.clone(), vtotal)
+                } else {
+                    (uni_counts.clone(), uni_displs.clone(), n * count)
+                };
+                a.counts = counts.clone();
+                a.displs = displs.clone();
+                a.canonical = !v;
+                let mine: Vec<V> = (0..counts[r]).map(|k| val(r, k)).collect();
+                let mut exp = vec![0; total];
+                for i in 0..n {
+                    for k in 0..counts[i] {
+                        exp[displs[i] + k] = val(i, k);
+                    }
+                }
+                if case.in_place {
+                    let mut init = vec![0; total];
+                    init[displs[r]..displs[r] + counts[r]].copy_from_slice(&mine);
+                    (vec![], init, Some(exp))
+                } else {
+                    (mine, vec![0; total], Some(exp))
+                }
+            }
+            Collective::Alltoall | Collective::Alltoallv => {
+                let v = case.c == Collective::Alltoallv;
+                // scount(s, d): elements s sends to d.
+                let sc = |s: usize, d: usize| {
+                    if v {
+                        if case.salt > 0 {
+                            vcounts(n, count, case.salt + 7 * s)[d]
+                        } else {
+                            (s + 2 * d + count) % (count + 2)
+                        }
+                    } else {
+                        count
+                    }
+                };
+                let scounts: Vec<usize> = (0..n).map(|d| sc(r, d)).collect();
+                let rcounts: Vec<usize> = (0..n).map(|s| sc(s, r)).collect();
+                let (sd, stot) = if v {
+                    gapped(&scounts)
+                } else {
+                    (uni_displs.clone(), n * count)
+                };
+                let (rd, rtot) = if v {
+                    gapped(&rcounts)
+                } else {
+                    (uni_displs.clone(), n * count)
+                };
+                let item = |s: usize, d: usize, k: usize| val(s * 131 + d, k);
+                let mut send = vec![0; stot];
+                for d in 0..n {
+                    for k in 0..scounts[d] {
+                        send[sd[d] + k] = item(r, d, k);
+                    }
+                }
+                let mut exp = vec![0; rtot];
+                for s in 0..n {
+                    for k in 0..rcounts[s] {
+                        exp[rd[s] + k] = item(s, r, k);
+                    }
+                }
+                a.counts = scounts;
+                a.displs = sd;
+                a.rcounts = rcounts;
+                a.rdispls = rd;
+                a.in_place = false;
+                (send, vec![0; rtot], Some(exp))
+            }
+            Collective::ReduceScatter | Collective::ReduceScatterBlock => {
+                let counts = if case.c == Collective::ReduceScatter {
+                    vcounts(n, count, 2 + case.salt)
+                } else {
+                    uni_counts.clone()
+                };
+                let p = prefix(&counts);
+                let total = p[n];
+                a.counts = counts.clone();
+                a.displs = p[..n].to_vec();
+                a.canonical = true;
+                a.count = counts[r];
+                let full: Vec<V> = (0..total).map(|i| val(r, i)).collect();
+                let exp = sum_over(0..n, counts[r], p[r]);
+                if case.in_place {
+                    (vec![], full, Some(exp))
+                } else {
+                    (full, vec![0; counts[r]], Some(exp))
+                }
+            }
+        };
+        let sched = (alg.build)(&a);
+        ranks.push(SimRank {
+            sched,
+            send: to_bytes(&send),
+            recv: to_bytes(&recv),
+        });
+        expect.push(exp);
+    }
+    let red = byte_reduce::<V>(ReduceOp::Sum);
+    let stats = simulate(&mut ranks, Some(&red), Model::default())?;
+    for (r, (rk, exp)) in ranks.iter().zip(&expect).enumerate() {
+        if let Some(exp) = exp {
+            let got = from_bytes(&rk.recv);
+            let got = &got[..exp.len().min(got.len())];
+            if got != &exp[..] {
+                return Err(format!("rank {r}: got {got:?}, expected {exp:?}"));
+            }
+        }
+    }
+    Ok(stats)
+}
+
+fn has_in_place(c: Collective) -> bool {
+    !matches!(
+        c,
+        Collective::Barrier
+            | Collective::Bcast
+            | Collective::Alltoall
+            | Collective::Alltoallv
+            | Collective::Gatherv
+            | Collective::Scatterv
+            | Collective::ReduceScatterBlock
+    )
+}
+
+fn nodes_for(n: usize, k: usize) -> Vec<usize> {
+    // Block placement of n ranks over k nodes, like ibrun --nodes.
+    let per = n.div_ceil(k.max(1));
+    (0..n).map(|r| r / per.max(1)).collect()
+}
+
+fn sweep(ns: impl Iterator<Item = usize>, counts: &dyn Fn(usize) -> Vec<usize>) {
+    for n in ns {
+        for c in Collective::ALL {
+            for alg in algorithms(c) {
+                for count in counts(n) {
+                    for in_place in [false, true] {
+                        if in_place && !has_in_place(c) {
+                            continue;
+                        }
+                        let roots: Vec<usize> = if c.rooted() {
+                            vec![0, n / 2, n - 1]
+                        } else {
+                            vec![0]
+                        };
+                        let root_list = if roots.len() > 1 && n > 1 {
+                            roots
+                        } else {
+                            vec![0]
+                        };
+                        for root in root_list {
+                            let case = Case {
+                                c,
+                                n,
+                                count,
+                                root,
+                                in_place,
+                                nodes: nodes_for(n, 1 + n % 3),
+                                salt: 0,
+                            };
+                            if let Err(e) = check(&case, alg) {
+                                panic!(
+                                    "{} {} n={n} count={count} root={root} in_place={in_place}: {e}",
+                                    c.name(),
+                                    alg.name
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn every_algorithm_1_to_64_ranks() {
+    sweep(1..=64, &|n| vec![0, 1, 3, n.saturating_sub(1).max(2), 37]);
+}
+
+#[test]
+fn every_algorithm_at_scale() {
+    // 1,000+ virtual ranks: linear/quadratic-message algorithms at one size,
+    // the rest at two.
+    for n in [1000, 1024] {
+        for c in Collective::ALL {
+            for alg in algorithms(c) {
+                let quadratic = matches!(c, Collective::Alltoall | Collective::Alltoallv);
+                let counts: &[usize] = if quadratic { &[1] } else { &[1, 5] };
+                for &count in counts {
+                    let case = Case {
+                        c,
+                        n,
+                        count,
+                        root: n / 3,
+                        in_place: false,
+                        nodes: nodes_for(n, 16),
+                        salt: 0,
+                    };
+                    if let Err(e) = check(&case, alg) {
+                        panic!("{} {} n={n} count={count}: {e}", c.name(), alg.name);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn allreduce_floats_are_bit_identical_on_every_rank() {
+    for n in [3, 5, 6, 7, 12, 13] {
+        for alg in algorithms(Collective::Allreduce) {
+            let count = 17;
+            let mut ranks: Vec<SimRank> = (0..n)
+                .map(|r| {
+                    let a = Args {
+                        rank: r,
+                        size: n,
+                        esize: 8,
+                        count,
+                        nodes: nodes_for(n, 3),
+                        seg: 4,
+                        window: 2,
+                        ..Args::default()
+                    };
+                    let v: Vec<f64> = (0..count)
+                        .map(|i| {
+                            1.0 / (1.0 + r as f64 * 3.7 + i as f64 * 0.013)
+                                * 1e3f64.powi((r % 5) as i32 - 2)
+                        })
+                        .collect();
+                    SimRank {
+                        sched: (alg.build)(&a),
+                        send: crate::datatype::as_bytes(&v).to_vec(),
+                        recv: vec![0; count * 8],
+                    }
+                })
+                .collect();
+            let red = byte_reduce::<f64>(ReduceOp::Sum);
+            simulate(&mut ranks, Some(&red), Model::default()).unwrap();
+            for r in 1..n {
+                assert_eq!(ranks[r].recv, ranks[0].recv, "{} n={n} rank {r}", alg.name);
+            }
+        }
+    }
+}
+
+#[test]
+fn model_prefers_bandwidth_algorithms_for_large_vectors() {
+    let run = |name: &str, count: usize| {
+        let alg = crate::algorithms::find(Collective::Allreduce, name).unwrap();
+        check(
+            &Case {
+                c: Collective::Allreduce,
+                n: 16,
+                count,
+                root: 0,
+                in_place: false,
+                nodes: vec![],
+                salt: 0,
+            },
+            &alg,
+        )
+        .unwrap()
+        .time
+    };
+    assert!(run("recursive_doubling", 1) < run("ring", 1));
+    assert!(run("ring", 1 << 18) < run("recursive_doubling", 1 << 18));
+}
+
+#[test]
+fn deadlocks_and_mismatches_are_reported() {
+    use crate::schedule::Builder;
+    let mut ranks: Vec<SimRank> = (0..2)
+        .map(|r| {
+            let mut b = Builder::new(1);
+            b.recv(1 - r, (Buf::Recv, 0, 1));
+            b.end_round();
+            b.send(1 - r, (Buf::Recv, 0, 1));
+            SimRank {
+                sched: b.finish(),
+                send: vec![],
+                recv: vec![0],
+            }
+        })
+        .collect();
+    assert!(simulate(&mut ranks, None, Model::default())
+        .unwrap_err()
+        .contains("deadlock"));
+    let mut ranks: Vec<SimRank> = (0..2)
+        .map(|r| {
+            let mut b = Builder::new(1);
+            if r == 0 {
+                b.send(1, (Buf::Recv, 0, 2));
+            } else {
+                b.recv(0, (Buf::Recv, 0, 1));
+            }
+            SimRank {
+                sched: b.finish(),
+                send: vec![],
+                recv: vec![0, 0],
+            }
+        })
+        .collect();
+    assert!(simulate(&mut ranks, None, Model::default())
+        .unwrap_err()
+        .contains("expected"));
+}
+
+#[test]
+fn random_v_counts_and_placements() {
+    // Deterministic pseudo-random draws: communicator size, count, root,
+    // node placement and every v-count.
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = |m: usize| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % m as u64) as usize
+    };
+    for case_no in 0..300 {
+        let n = 1 + next(40);
+        let count = next(9);
+        let c = [
+            Collective::Gatherv,
+            Collective::Scatterv,
+            Collective::Allgatherv,
+            Collective::Alltoallv,
+            Collective::ReduceScatter,
+            Collective::Allreduce,
+        ][next(6)];
+        let nodes: Vec<usize> = {
+            let k = 1 + next(4);
+            let mut v: Vec<usize> = (0..n).map(|_| next(k)).collect();
+            v.sort();
+            v
+        };
+        for alg in algorithms(c) {
+            let case = Case {
+                c,
+                n,
+                count,
+                root: next(n),
+                in_place: next(2) == 1 && has_in_place(c),
+                nodes: nodes.clone(),
+                salt: 3 + case_no,
+            };
+            if let Err(e) = check(&case, alg) {
+                panic!(
+                    "case {case_no}: {} {} n={n} count={count}: {e}",
+                    c.name(),
+                    alg.name
+                );
+            }
+        }
+    }
+}

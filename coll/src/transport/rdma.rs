@@ -1,0 +1,1126 @@
+//! The channel to a peer on another node over verbs: one RC queue pair per
+//! peer (`ibcoll-rdma`'s [`RcEndpoint`]), all on one device, protection
+//! domain, registration cache and completion channel per process.
+//!
+//! Wire format: every SEND carries an 8-byte prefix
+//!
+//! ```text
+//! 0  type u8     1 record (header + payload), 2 credits only, 3 DONE
+//! 1  flags u8    1: a 16-byte buffer descriptor (addr u64, rkey u32, 0 u32)
+//!                   follows the record's payload (RTS: the sender's buffer,
+//!                   CTS: the receiver's buffer)
+//! 4  credits u32 receive buffers the sender reposted since it last said so
+//! ```
+//!
+//! * **Eager** (`len <= IBCOLL_RDMA_EAGER_LIMIT`): prefix + header + payload
+//!   into one of the peer's pre-posted receive buffers; inline when small,
+//!   else copied into a registered send buffer. One credit per message;
+//!   credits come back piggybacked on every message, or in an explicit
+//!   credit message once `IBCOLL_RDMA_CREDIT_UPDATE` are owed. One credit
+//!   is kept for that message, so both sides can never wait on each other
+//!   (and a receiver never runs out of posted buffers: no RNR).
+//! * **Rendezvous, read** (default up to `IBCOLL_RDMA_READ_MAX`): the RTS carries the sender's buffer
+//!   (registered through the cache); the matched receiver RDMA-reads
+//!   `min(len, capacity)` bytes straight into its registered buffer and
+//!   answers FIN. Zero copy, one round trip.
+//! * **Rendezvous, write** (above `IBCOLL_RDMA_READ_MAX`,
+//!   `IBCOLL_RDMA_RNDV=write`, or when the sender could not register): the receiver's CTS carries its buffer; the sender
+//!   RDMA-writes into it and sends DONE behind the write (RC keeps order);
+//!   the send completes with the write's completion.
+//!
+//! Failures: a completion error fails the channel with the verbs status
+//! and the peer; the engine turns it into `PeerLost` for the operations
+//! that need the peer. A peer on the same host (virtual nodes) is also
+//! checked by pid; otherwise a zero-length RDMA write probes an idle peer
+//! every `IBCOLL_PEER_TIMEOUT_MS / 4`, and the QP's ack timeout and retry
+//! count (`IBCOLL_RDMA_TIMEOUT`, `IBCOLL_RDMA_RETRY_CNT`) turn a dead peer
+//! into "transport retry counter exceeded".
+//!
+//! Blocking waits arm every CQ and sleep in `poll(2)` on the completion
+//! channel's fd together with the tcp sockets.
+
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::RawFd;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ibcoll_rdma::{
+    CompletionChannel, CompletionQueue, Credits, DeviceSelection, MemoryRegion, ProtectionDomain,
+    QpCaps, QpInfo, RcConfig, RcEndpoint, RecvPool, RegCache, RegCacheConfig, RegisteredBuffer,
+    RemoteBuf, SelectedPort, SendOp, WorkCompletion,
+};
+
+use super::header::{Header, Kind, HEADER_LEN};
+use super::{Channel, Health, PeerInfo};
+use crate::config::{Config, RdmaConfig, RndvMode};
+use crate::engine::ops::Token;
+use crate::engine::{Engine, State};
+
+const PREFIX_LEN: usize = 8;
+const DESC_LEN: usize = 16;
+const MSG_RECORD: u8 = 1;
+const MSG_CREDIT: u8 = 2;
+const MSG_DONE: u8 = 3;
+const FLAG_DESC: u8 = 1;
+
+/// Bytes beyond the eager limit in a receive buffer: prefix, header, and a
+/// control word plus a buffer descriptor.
+const MSG_OVERHEAD: usize = PREFIX_LEN + HEADER_LEN + 8 + DESC_LEN;
+
+const TAG_SHIFT: u32 = 60;
+const TAG_RECV: u64 = 0;
+const TAG_SEND: u64 = 1;
+const TAG_INLINE: u64 = 2;
+const TAG_XFER: u64 = 3;
+const TAG_PROBE: u64 = 4;
+const TAG_MASK: u64 = (1 << TAG_SHIFT) - 1;
+
+/// Largest RDMA read/write posted as one WR; longer transfers are split.
+const MAX_WR_BYTES: usize = 1 << 30;
+
+fn wr(tag: u64, idx: u64) -> u64 {
+    (tag << TAG_SHIFT) | (idx & TAG_MASK)
+}
+
+/// The verbs resources shared by every rdma channel of the process.
+pub(crate) struct RdmaCtx {
+    pub port: SelectedPort,
+    pub pd: Arc<ProtectionDomain>,
+    pub comp: Arc<CompletionChannel>,
+    /// Receive buffers (the device and peers write them).
+    pub cache: RegCache,
+    /// Send buffers: remote read only, so read-only memory (constants in
+    /// the binary) can be sent too.
+    pub send_cache: RegCache,
+    pub cfg: RdmaConfig,
+    pub peer_timeout: Duration,
+}
+
+impl RdmaCtx {
+    /// Device, port and GID, for messages.
+    #[allow(dead_code)]
+    pub fn describe(&self) -> String {
+        format!(
+            "{} port {}{}",
+            self.port.context.name(),
+            self.port.port,
+            self.port
+                .gid
+                .as_ref()
+                .map(|g| format!(" gid[{}] {}", g.index, g.gid))
+                .unwrap_or_default()
+        )
+    }
+}
+
+/// `IBCOLL_IB_DEVICE` for node `node_id`: a comma list means "node i uses
+/// entry i mod n"; `auto` or empty means automatic choice.
+pub(crate) fn device_for_node(value: Option<&str>, node_id: usize) -> Option<String> {
+    let v = value?.trim();
+    if v.is_empty() || v.eq_ignore_ascii_case("auto") {
+        return None;
+    }
+    let list: Vec<&str> = v
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    if list.is_empty() {
+        return None;
+    }
+    Some(list[node_id % list.len()].to_string())
+}
+
+/// What `ibcoll-info` reports: the device this process (as node
+/// `IBCOLL_NODE_ID`, default 0) would use, or why there is none.
+pub fn status() -> (bool, String) {
+    let node = std::env::var("IBCOLL_NODE_ID")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let env = |k: &str| std::env::var(k).ok();
+    let dev = device_for_node(env(ibcoll_rdma::device::ENV_DEVICE).as_deref(), node);
+    let sel = DeviceSelection::from_lookup(|k| {
+        if k == ibcoll_rdma::device::ENV_DEVICE {
+            dev.clone()
+        } else {
+            env(k).filter(|v| !v.trim().eq_ignore_ascii_case("auto"))
+        }
+    });
+    let selected = match sel {
+        Ok(s) => s.select(),
+        Err(e) => Err(e),
+    };
+    match selected {
+        Ok(p) => (
+            true,
+            format!(
+                "{} port {}{}",
+                p.context.name(),
+                p.port,
+                p.gid
+                    .as_ref()
+                    .map(|g| format!(" gid[{}] {} ({})", g.index, g.gid, g.gid_type))
+                    .unwrap_or_else(|| format!(" lid {}", p.attr.lid))
+            ),
+        ),
+        Err(e) => (
+            false,
+            e.to_string().lines().next().unwrap_or("").to_string(),
+        ),
+    }
+}
+
+/// A QP made before the exchange, waiting for its peer's address.
+pub(crate) struct PendingEp {
+    ep: RcEndpoint,
+    cq: Arc<CompletionQueue>,
+}
+
+/// The rdma part of bootstrap: device, PD, and one RC QP per candidate peer.
+pub(crate) struct RdmaSetup {
+    pub ctx: Rc<RdmaCtx>,
+    eps: HashMap<usize, PendingEp>,
+}
+
+impl RdmaSetup {
+    /// Opens this node's device and makes a QP for every peer in `peers`.
+    /// The error says why rdma cannot be used here.
+    pub fn new(cfg: &Config, node_id: usize, peers: &[usize]) -> Result<RdmaSetup, String> {
+        let env = |k: &str| std::env::var(k).ok();
+        let dev = device_for_node(env(ibcoll_rdma::device::ENV_DEVICE).as_deref(), node_id);
+        let sel = DeviceSelection::from_lookup(|k| {
+            if k == ibcoll_rdma::device::ENV_DEVICE {
+                dev.clone()
+            } else {
+                env(k).filter(|v| !v.trim().eq_ignore_ascii_case("auto"))
+            }
+        })
+        .map_err(|e| e.to_string())?;
+        let port = sel.select().map_err(|e| e.to_string())?;
+        let pd = ProtectionDomain::new(&port.context).map_err(|e| e.to_string())?;
+        let comp = CompletionChannel::new(&port.context).map_err(|e| e.to_string())?;
+        let cache = RegCache::new(&pd, RegCacheConfig::default());
+        let send_cache = RegCache::new(
+            &pd,
+            RegCacheConfig {
+                access: ibcoll_rdma::Access::REMOTE_READ,
+                ..RegCacheConfig::default()
+            },
+        );
+        let ctx = Rc::new(RdmaCtx {
+            port,
+            pd,
+            comp,
+            cache,
+            send_cache,
+            cfg: cfg.rdma.clone(),
+            peer_timeout: cfg.peer_timeout,
+        });
+        let mut eps = HashMap::new();
+        for &p in peers {
+            eps.insert(p, Self::make_ep(&ctx)?);
+        }
+        Ok(RdmaSetup { ctx, eps })
+    }
+
+    fn make_ep(ctx: &Rc<RdmaCtx>) -> Result<PendingEp, String> {
+        let c = &ctx.cfg;
+        let max_wr = ctx.port.context.attr().max_qp_wr.max(16);
+        let send_wr = (2 * c.recv_bufs as u32 + 64).min(max_wr);
+        let recv_wr = (c.recv_bufs as u32).min(max_wr);
+        let cqe = send_wr + recv_wr + 16;
+        let cq = CompletionQueue::new(&ctx.port.context, cqe, Some(&ctx.comp))
+            .map_err(|e| e.to_string())?;
+        let mut rc = RcConfig {
+            caps: QpCaps {
+                max_send_wr: send_wr,
+                max_recv_wr: recv_wr,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 128, // <= the 160-byte staging in send_msg
+            },
+            timeout: c.timeout,
+            retry_cnt: c.retry_cnt,
+            rnr_retry: c.rnr_retry,
+            ..RcConfig::default()
+        };
+        let ep = match RcEndpoint::new(&ctx.port, &ctx.pd, &cq, &cq, rc) {
+            Ok(ep) => ep,
+            Err(_) => {
+                // The device may not inline that much.
+                rc.caps.max_inline_data = 64;
+                RcEndpoint::new(&ctx.port, &ctx.pd, &cq, &cq, rc).map_err(|e| e.to_string())?
+            }
+        };
+        Ok(PendingEp { ep, cq })
+    }
+
+    /// What to publish: our QP for each peer.
+    pub fn infos(&self) -> Vec<(u32, QpInfo)> {
+        let mut v: Vec<(u32, QpInfo)> = self
+            .eps
+            .iter()
+            .map(|(&p, e)| (p as u32, e.ep.local_info()))
+            .collect();
+        v.sort_by_key(|(p, _)| *p);
+        v
+    }
+
+    pub fn has(&self, peer: usize) -> bool {
+        self.eps.contains_key(&peer)
+    }
+
+    /// Connects our QP for `peer` to the peer's `remote` one.
+    pub fn connect(
+        &mut self,
+        peer: usize,
+        remote: &QpInfo,
+        peer_pid: Option<i32>,
+    ) -> Result<RdmaChannel, String> {
+        let p = self
+            .eps
+            .remove(&peer)
+            .ok_or_else(|| format!("no queue pair made for rank {peer}"))?;
+        RdmaChannel::new(self.ctx.clone(), p, peer, remote, peer_pid)
+    }
+}
+
+/// A rendezvous transfer in flight (RDMA read or write).
+struct Xfer {
+    write: bool,
+    /// Sender's token (write: ours; read: the peer's, for the FIN).
+    send_token: u64,
+    /// Receiver's token (read: ours; write: the peer's, for DONE).
+    recv_token: u64,
+    len: usize,
+    chunks_left: usize,
+    _mr: Arc<MemoryRegion>,
+}
+
+/// Work waiting for a credit or send-queue room, in order.
+enum Pend {
+    Msg {
+        ty: u8,
+        flags: u8,
+        body: Vec<u8>,
+        signal: bool,
+    },
+    Xfer {
+        write: bool,
+        send_token: u64,
+        recv_token: u64,
+        local: u64,
+        remote: RemoteBuf,
+        len: usize,
+        mr: Arc<MemoryRegion>,
+    },
+}
+
+pub(crate) struct RdmaChannel {
+    // Drop order: the QP before the CQ and the buffers it uses.
+    ep: RcEndpoint,
+    cq: Arc<CompletionQueue>,
+    pool: RecvPool,
+    sbuf: RegisteredBuffer,
+    ctx: Rc<RdmaCtx>,
+    pub eager_limit: usize,
+    pub health: Health,
+    peer_rank: usize,
+    peer_pid: Option<i32>,
+    credits: Credits,
+    send_slot: usize,
+    nslots: usize,
+    next_slot: usize,
+    /// WR count at which each send slot was last posted (0: never).
+    slot_wr: Vec<u64>,
+    /// Send WRs posted so far (mirrors the endpoint's count).
+    posted: u64,
+    /// Sender: registrations held for RTSs until FIN.
+    send_mrs: HashMap<u64, Arc<MemoryRegion>>,
+    /// Receiver: the senders' buffers offered in RTSs, by send token.
+    rts_remote: HashMap<u64, RemoteBuf>,
+    /// Sender: the receivers' buffers from CTSs, by send token.
+    cts_remote: HashMap<u64, RemoteBuf>,
+    /// Receiver: registered receive buffers, by receive token.
+    expect: HashMap<u64, (Arc<MemoryRegion>, u64, usize)>,
+    xfers: Vec<Option<Xfer>>,
+    pending: VecDeque<Pend>,
+    consumed: Vec<usize>,
+    /// Consumed slots reposted together (one `ibv_post_recv` per batch);
+    /// with the credit threshold it stays below the slot count, so a
+    /// sender never waits for credits held back here.
+    repost_batch: usize,
+    last_heard: Instant,
+    /// Something completed since the last liveness check.
+    heard: bool,
+    probe_out: bool,
+    probe_every: Duration,
+    /// BYE queued: signal every WR so finalize can wait for all of them.
+    closing: bool,
+    wcs: Box<[WorkCompletion; 16]>,
+}
+
+fn le_u64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    u64::from_le_bytes(a)
+}
+
+fn desc(addr: u64, rkey: u32) -> [u8; DESC_LEN] {
+    let mut d = [0u8; DESC_LEN];
+    d[..8].copy_from_slice(&addr.to_le_bytes());
+    d[8..12].copy_from_slice(&rkey.to_le_bytes());
+    d
+}
+
+impl RdmaChannel {
+    fn new(
+        ctx: Rc<RdmaCtx>,
+        p: PendingEp,
+        peer_rank: usize,
+        remote: &QpInfo,
+        peer_pid: Option<i32>,
+    ) -> Result<RdmaChannel, String> {
+        let PendingEp { mut ep, cq } = p;
+        let c = ctx.cfg.clone();
+        let slot = (c.eager_limit.max(8) + MSG_OVERHEAD).div_ceil(64) * 64;
+        let nrecv = (ep.qp().caps().max_recv_wr as usize)
+            .min(c.recv_bufs)
+            .max(4);
+        let pool =
+            RecvPool::new(&ctx.pd, slot, nrecv, wr(TAG_RECV, 0)).map_err(|e| e.to_string())?;
+        let sbuf = RegisteredBuffer::new(
+            &ctx.pd,
+            slot * c.send_bufs,
+            ibcoll_rdma::Access::LOCAL_WRITE,
+        )
+        .map_err(|e| e.to_string())?;
+        ep.connect(remote).map_err(|e| e.to_string())?;
+        // SAFETY: the pool lives in this channel, which drops the QP (`ep`,
+        // first field) before the pool; slots are read only between their
+        // completion and their repost.
+        unsafe { pool.post_all(ep.qp()) }.map_err(|e| e.to_string())?;
+        let probe_every = (ctx.peer_timeout / 4).max(Duration::from_millis(50));
+        Ok(RdmaChannel {
+            ep,
+            cq,
+            pool,
+            sbuf,
+            eager_limit: c.eager_limit,
+            health: Health::Open,
+            peer_rank,
+            peer_pid,
+            // The peer posted as many buffers as we did (same config).
+            credits: Credits::new(nrecv as u32, c.credit_update as u32),
+            send_slot: slot,
+            nslots: c.send_bufs,
+            next_slot: 0,
+            slot_wr: vec![0; c.send_bufs],
+            posted: 0,
+            send_mrs: HashMap::new(),
+            rts_remote: HashMap::new(),
+            cts_remote: HashMap::new(),
+            expect: HashMap::new(),
+            xfers: Vec::new(),
+            pending: VecDeque::new(),
+            consumed: Vec::with_capacity(nrecv),
+            repost_batch: ((nrecv - c.credit_update.min(nrecv - 1)) / 2).clamp(1, 16),
+            last_heard: Instant::now(),
+            heard: false,
+            probe_out: false,
+            probe_every,
+            closing: false,
+            wcs: Box::default(),
+            ctx,
+        })
+    }
+
+    /// The completion channel's fd (shared by every rdma channel).
+    pub fn fd(&self) -> RawFd {
+        self.ctx.comp.fd()
+    }
+
+    pub fn ctx(&self) -> &Rc<RdmaCtx> {
+        &self.ctx
+    }
+
+    /// Arms the CQ so the next completion raises an event on [`fd`](Self::fd).
+    pub fn arm(&mut self) {
+        if let Err(e) = self.cq.req_notify(false) {
+            self.fail(format!("cannot arm the completion queue: {e}"));
+        }
+    }
+
+    /// True while work waits for credits or completions.
+    pub fn has_backlog(&self) -> bool {
+        self.health == Health::Open && (!self.pending.is_empty() || self.ep.outstanding() > 0)
+    }
+
+    pub fn fail(&mut self, reason: String) {
+        if self.health == Health::Open {
+            // Stop the device from touching memory the engine is about to
+            // hand back to the user: outstanding WRs are flushed.
+            let _ = self.ep.qp().set_error();
+            self.health = Health::Failed(reason);
+        }
+    }
+
+    fn peer_desc(&self) -> String {
+        format!(
+            "rank {} over {} qpn {:#x}",
+            self.peer_rank,
+            self.ctx.port.context.name(),
+            self.ep.qp().qpn()
+        )
+    }
+
+    fn completed(&self) -> u64 {
+        self.posted - self.ep.outstanding()
+    }
+
+    /// Sends one message, or returns Ok(false) (nothing sent) when there is
+    /// no credit, send-queue room or send buffer now.
+    fn send_msg(
+        &mut self,
+        ty: u8,
+        flags: u8,
+        parts: &[&[u8]],
+        signal: bool,
+    ) -> Result<bool, String> {
+        if self.ep.send_queue_free() < 2 {
+            return Ok(false);
+        }
+        let total = PREFIX_LEN + parts.iter().map(|p| p.len()).sum::<usize>();
+        let inline = total <= self.ep.max_inline() as usize;
+        let slot = self.next_slot;
+        if !inline && self.completed() < self.slot_wr[slot] {
+            return Ok(false);
+        }
+        let signal = signal || self.closing;
+        // Credit updates and the goodbye may use the reserved credit.
+        let ok = if ty == MSG_CREDIT || self.closing {
+            self.credits.try_take_for_update()
+        } else {
+            self.credits.try_take()
+        };
+        if !ok {
+            return Ok(false);
+        }
+        let mut prefix = [0u8; PREFIX_LEN];
+        prefix[0] = ty;
+        prefix[1] = flags;
+        prefix[4..8].copy_from_slice(&self.credits.take_owed().to_le_bytes());
+        let res = if inline {
+            let mut buf = [0u8; 160];
+            buf[..PREFIX_LEN].copy_from_slice(&prefix);
+            let mut off = PREFIX_LEN;
+            for p in parts {
+                buf[off..off + p.len()].copy_from_slice(p);
+                off += p.len();
+            }
+            self.ep
+                .send_inline(wr(TAG_INLINE, 0), &buf[..total], SendOp::Send, signal)
+        } else {
+            let base = slot * self.send_slot;
+            let dst = &mut self.sbuf.as_mut_slice()[base..base + total];
+            dst[..PREFIX_LEN].copy_from_slice(&prefix);
+            let mut off = PREFIX_LEN;
+            for p in parts {
+                dst[off..off + p.len()].copy_from_slice(p);
+                off += p.len();
+            }
+            let sge = self.sbuf.sge(base, total as u32).expect("slot in range");
+            let half = (self.nslots / 2).max(1);
+            let force = signal || slot % half == half - 1;
+            // SAFETY: the slot lies in our registered send buffer, which
+            // outlives the QP (field order); it is not written again until
+            // a completion at or after this WR retires it (`slot_wr`).
+            unsafe {
+                self.ep
+                    .post(wr(TAG_SEND, slot as u64), &[sge], SendOp::Send, force)
+            }
+        };
+        res.map_err(|e| format!("post send to {}: {e}", self.peer_desc()))?;
+        self.posted += 1;
+        if !inline {
+            self.slot_wr[slot] = self.posted;
+            self.next_slot = (slot + 1) % self.nslots;
+        }
+        Ok(true)
+    }
+
+    /// Sends a message now or queues it behind earlier ones.
+    fn send_or_queue(&mut self, ty: u8, flags: u8, body: Vec<u8>, signal: bool) {
+        if self.pending.is_empty() {
+            match self.send_msg(ty, flags, &[&body], signal) {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(e) => {
+                    self.fail(e);
+                    return;
+                }
+            }
+        }
+        self.pending.push_back(Pend::Msg {
+            ty,
+            flags,
+            body,
+            signal,
+        });
+    }
+
+    fn register(&self, addr: u64, len: usize, send: bool) -> Result<Arc<MemoryRegion>, String> {
+        let cache = if send {
+            &self.ctx.send_cache
+        } else {
+            &self.ctx.cache
+        };
+        // SAFETY: `addr..addr+len` is a user buffer borrowed by a pending
+        // operation's Request, hence mapped memory of this process.
+        unsafe { cache.get_raw(addr as *const u8, len) }
+            .map_err(|e| format!("cannot register {len} bytes at {addr:#x}: {e}"))
+    }
+
+    /// Posts an RDMA read or write (split into WRs of at most 1 GiB), or
+    /// returns Ok(false) when the send queue has no room.
+    #[allow(clippy::too_many_arguments)]
+    fn post_xfer(
+        &mut self,
+        write: bool,
+        send_token: u64,
+        recv_token: u64,
+        local: u64,
+        remote: RemoteBuf,
+        len: usize,
+        mr: &Arc<MemoryRegion>,
+    ) -> Result<bool, String> {
+        let chunks = len.div_ceil(MAX_WR_BYTES).max(1);
+        if (self.ep.send_queue_free() as usize) < chunks + 1 {
+            return Ok(false);
+        }
+        let idx = match self.xfers.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                self.xfers.push(None);
+                self.xfers.len() - 1
+            }
+        };
+        for c in 0..chunks {
+            let off = c * MAX_WR_BYTES;
+            let n = (len - off).min(MAX_WR_BYTES);
+            let sge = mr
+                .sge_at(local + off as u64, n as u32)
+                .ok_or_else(|| "buffer outside its registration".to_string())?;
+            let rb = RemoteBuf {
+                addr: remote.addr + off as u64,
+                len: n as u64,
+                rkey: remote.rkey,
+            };
+            let op = if write {
+                SendOp::Write(rb)
+            } else {
+                SendOp::Read(rb)
+            };
+            // SAFETY: `sge` lies in `mr`, a registration of a user buffer
+            // borrowed by the pending operation until the transfer's
+            // completion has been polled (the Xfer keeps `mr` alive that
+            // long); on failure the QP is moved to the error state first.
+            unsafe { self.ep.post(wr(TAG_XFER, idx as u64), &[sge], op, true) }
+                .map_err(|e| format!("post {} to {}: {e}", op.name(), self.peer_desc()))?;
+            self.posted += 1;
+        }
+        self.xfers[idx] = Some(Xfer {
+            write,
+            send_token,
+            recv_token,
+            len,
+            chunks_left: chunks,
+            _mr: mr.clone(),
+        });
+        if write {
+            // DONE goes behind the write: RC delivers it after the data.
+            let mut body = Vec::with_capacity(16);
+            body.extend_from_slice(&recv_token.to_le_bytes());
+            body.extend_from_slice(&(len as u64).to_le_bytes());
+            match self.send_msg(MSG_DONE, 0, &[&body], false)? {
+                true => {}
+                false => self.pending.push_front(Pend::Msg {
+                    ty: MSG_DONE,
+                    flags: 0,
+                    body,
+                    signal: false,
+                }),
+            }
+        }
+        Ok(true)
+    }
+
+    fn flush_pending(&mut self) -> usize {
+        let mut n = 0;
+        while let Some(p) = self.pending.pop_front() {
+            let r = match &p {
+                Pend::Msg {
+                    ty,
+                    flags,
+                    body,
+                    signal,
+                } => self.send_msg(*ty, *flags, &[body], *signal),
+                Pend::Xfer {
+                    write,
+                    send_token,
+                    recv_token,
+                    local,
+                    remote,
+                    len,
+                    mr,
+                } => {
+                    let mr = mr.clone();
+                    // A DONE this queues goes to the front, ahead of `p`'s
+                    // successors, which is where it belongs.
+                    self.post_xfer(*write, *send_token, *recv_token, *local, *remote, *len, &mr)
+                }
+            };
+            match r {
+                Ok(true) => n += 1,
+                Ok(false) => {
+                    self.pending.push_front(p);
+                    break;
+                }
+                Err(e) => {
+                    self.fail(e);
+                    break;
+                }
+            }
+        }
+        n
+    }
+
+    pub fn try_send(&mut self, hdr: &Header, payload: &[u8]) -> bool {
+        if self.health != Health::Open {
+            // The engine fails the operation from the channel's health.
+            return true;
+        }
+        if !self.pending.is_empty() {
+            self.flush_pending();
+            if !self.pending.is_empty() {
+                return false;
+            }
+        }
+        let h = hdr.encode();
+        let res = match hdr.kind {
+            Kind::Rts => {
+                let addr = if payload.len() == 8 {
+                    le_u64(payload)
+                } else {
+                    0
+                };
+                let len = hdr.len as usize;
+                let mut d = None;
+                let read = match self.ctx.cfg.rndv {
+                    RndvMode::Read => true,
+                    RndvMode::Write => false,
+                    RndvMode::Auto => len <= self.ctx.cfg.read_max,
+                };
+                if read && addr != 0 && len > 0 && self.credits.available() > 0 {
+                    // If registration fails, the receiver answers CTS
+                    // and we write instead (and report the error there).
+                    if let Ok(mr) = self.register(addr, len, true) {
+                        d = Some(desc(addr, mr.rkey()));
+                        self.send_mrs.insert(hdr.seq, mr);
+                    }
+                }
+                match d {
+                    Some(d) => self.send_msg(MSG_RECORD, FLAG_DESC, &[&h, payload, &d], false),
+                    None => self.send_msg(MSG_RECORD, 0, &[&h, payload], false),
+                }
+            }
+            Kind::Cts if hdr.len > 0 && payload.len() == 8 => {
+                let recv_token = le_u64(payload);
+                let Some((mr, addr, wanted)) = self.expect.get(&recv_token).cloned() else {
+                    self.fail(format!("CTS for unknown receive {recv_token:#x}"));
+                    return true;
+                };
+                if let Some(remote) = self.rts_remote.remove(&hdr.seq) {
+                    // Read mode: take the data instead of asking for it.
+                    let len = wanted.min(remote.len as usize);
+                    self.pending.push_back(Pend::Xfer {
+                        write: false,
+                        send_token: hdr.seq,
+                        recv_token,
+                        local: addr,
+                        remote,
+                        len,
+                        mr,
+                    });
+                    self.flush_pending();
+                    return true;
+                }
+                let d = desc(addr, mr.rkey());
+                self.send_msg(MSG_RECORD, FLAG_DESC, &[&h, payload, &d], false)
+            }
+            _ => self.send_msg(MSG_RECORD, 0, &[&h, payload], false),
+        };
+        match res {
+            Ok(sent) => sent,
+            Err(e) => {
+                self.fail(e);
+                true
+            }
+        }
+    }
+
+    /// Receiver, before CTS: `wanted` bytes at `buf` are the target of
+    /// rendezvous `recv_token`; registers them.
+    pub fn expect_stream(&mut self, recv_token: Token, wanted: usize, buf: *mut u8) {
+        if buf.is_null() || wanted == 0 {
+            return;
+        }
+        match self.register(buf as u64, wanted, false) {
+            Ok(mr) => {
+                self.expect.insert(recv_token, (mr, buf as u64, wanted));
+            }
+            Err(e) => self.fail(e),
+        }
+    }
+
+    /// Sender, after CTS: write `len` bytes at `ptr` into the receiver's
+    /// buffer named in the CTS.
+    pub fn start_stream(&mut self, send_token: Token, recv_token: u64, ptr: *const u8, len: usize) {
+        if self.health != Health::Open {
+            return;
+        }
+        let Some(remote) = self.cts_remote.remove(&send_token) else {
+            self.fail(format!("CTS for send {send_token:#x} carried no buffer"));
+            return;
+        };
+        let mr = match self.register(ptr as u64, len, true) {
+            Ok(m) => m,
+            Err(e) => {
+                self.fail(e);
+                return;
+            }
+        };
+        self.pending.push_back(Pend::Xfer {
+            write: true,
+            send_token,
+            recv_token,
+            local: ptr as u64,
+            remote,
+            len: len.min(remote.len as usize),
+            mr,
+        });
+        self.flush_pending();
+    }
+
+    /// Queues a goodbye (signaled, so finalize can wait for it).
+    pub fn send_bye(&mut self) {
+        if self.health == Health::Open {
+            self.closing = true;
+            let h = Header::new(Kind::Bye).encode();
+            self.send_or_queue(MSG_RECORD, 0, h.to_vec(), true);
+        }
+    }
+
+    /// Same-host pid check, and a probe of an idle peer.
+    pub fn check_alive(&mut self) -> Option<String> {
+        if self.health != Health::Open {
+            return None;
+        }
+        if let Some(pid) = self.peer_pid {
+            if !ibcoll_shm::pid_alive(pid) {
+                return Some(format!("process {pid} is gone"));
+            }
+        }
+        if self.heard {
+            self.heard = false;
+            self.last_heard = Instant::now();
+        }
+        if !self.probe_out
+            && self.last_heard.elapsed() >= self.probe_every
+            && self.ep.send_queue_free() >= 2
+        {
+            // A zero-length RDMA write touches no memory on either side
+            // (no SGE; responders skip the R_Key check, IBTA C9-88); it is
+            // acked by a live peer and fails with "retry counter exceeded"
+            // when the peer's QP is gone.
+            // SAFETY: no SGEs: the WR reads and writes no local memory.
+            let r = unsafe {
+                self.ep.post(
+                    wr(TAG_PROBE, 0),
+                    &[],
+                    SendOp::Write(RemoteBuf::default()),
+                    true,
+                )
+            };
+            match r {
+                Ok(_) => {
+                    self.posted += 1;
+                    self.probe_out = true;
+                }
+                Err(e) => return Some(format!("probe failed: {e}")),
+            }
+        }
+        None
+    }
+
+    #[inline]
+    pub fn poll(&mut self, peer: usize, st: &mut State) -> usize {
+        if self.health != Health::Open {
+            return 0;
+        }
+        let k = match self.cq.poll(&mut self.wcs[..]) {
+            Ok(k) => k,
+            Err(e) => {
+                self.fail(format!("polling the CQ for {}: {e}", self.peer_desc()));
+                return 1;
+            }
+        };
+        let mut n = 0;
+        for i in 0..k {
+            let wc = self.wcs[i].clone();
+            n += 1;
+            if let Err(e) = self.on_completion(peer, st, &wc) {
+                self.fail(e);
+                return n;
+            }
+            if self.health != Health::Open {
+                return n;
+            }
+        }
+        if k > 0 {
+            // No clock read here: it can cost microseconds (emulated
+            // clocksources); check_alive turns the flag into a time.
+            self.heard = true;
+        }
+        if self.consumed.len() >= self.repost_batch {
+            // SAFETY: these slots' data has been consumed (handed to the
+            // engine, which copies what it keeps); the pool outlives the QP.
+            if let Err(e) = unsafe { self.pool.repost(self.ep.qp(), &self.consumed) } {
+                self.fail(format!("repost receives for {}: {e}", self.peer_desc()));
+                return n;
+            }
+            self.credits.reposted(self.consumed.len() as u32);
+            self.consumed.clear();
+        }
+        if !self.pending.is_empty() {
+            n += self.flush_pending();
+        }
+        if self.credits.update_due() && self.pending.is_empty() {
+            match self.send_msg(MSG_CREDIT, 0, &[], false) {
+                Ok(_) => {}
+                Err(e) => self.fail(e),
+            }
+        }
+        n
+    }
+
+    fn on_completion(
+        &mut self,
+        peer: usize,
+        st: &mut State,
+        wc: &WorkCompletion,
+    ) -> Result<(), String> {
+        let tag = wc.wr_id() >> TAG_SHIFT;
+        let idx = (wc.wr_id() & TAG_MASK) as usize;
+        if tag != TAG_RECV {
+            if let Err(e) = self.ep.on_send_completion(wc) {
+                return Err(format!("rank {}: {e}", self.peer_rank));
+            }
+        } else if !wc.is_success() {
+            return Err(format!(
+                "rank {}: RECV completed with error on {}: {} (status {})",
+                self.peer_rank,
+                self.ctx.port.context.name(),
+                wc.status_str(),
+                wc.status()
+            ));
+        }
+        match tag {
+            TAG_RECV => self.on_recv(peer, st, idx, wc.byte_len() as usize),
+            TAG_XFER => {
+                let Some(x) = self.xfers.get_mut(idx).and_then(Option::as_mut) else {
+                    return Ok(());
+                };
+                x.chunks_left -= 1;
+                if x.chunks_left > 0 {
+                    return Ok(());
+                }
+                let x = self.xfers[idx].take().expect("present");
+                if x.write {
+                    st.send_stream_done(x.send_token);
+                } else {
+                    self.expect.remove(&x.recv_token);
+                    st.recv_stream_advance(x.recv_token, x.len);
+                    let mut fin = Header::new(Kind::Fin);
+                    fin.seq = x.send_token;
+                    self.send_or_queue(MSG_RECORD, 0, fin.encode().to_vec(), false);
+                }
+                Ok(())
+            }
+            TAG_PROBE => {
+                self.probe_out = false;
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn on_recv(
+        &mut self,
+        peer: usize,
+        st: &mut State,
+        slot: usize,
+        len: usize,
+    ) -> Result<(), String> {
+        if slot >= self.pool.count() || len < PREFIX_LEN {
+            return Err(format!(
+                "bad receive completion (slot {slot}, {len} bytes) from rank {}",
+                self.peer_rank
+            ));
+        }
+        self.consumed.push(slot);
+        let data = self.pool.data(slot, len);
+        let (ty, flags) = (data[0], data[1]);
+        let credits = u32::from_le_bytes([data[4], data[5], data[6], data[7]]);
+        self.credits.grant(credits);
+        let body = &data[PREFIX_LEN..];
+        match ty {
+            MSG_CREDIT => Ok(()),
+            MSG_DONE => {
+                if body.len() < 16 {
+                    return Err("short DONE message".into());
+                }
+                let (tok, n) = (le_u64(body), le_u64(&body[8..]) as usize);
+                self.expect.remove(&tok);
+                st.recv_stream_advance(tok, n);
+                Ok(())
+            }
+            MSG_RECORD => {
+                let hdr = Header::decode(body).map_err(|e| format!("bad header over rdma: {e}"))?;
+                let mut payload = &body[HEADER_LEN..];
+                let mut d = None;
+                if flags & FLAG_DESC != 0 {
+                    if payload.len() < DESC_LEN {
+                        return Err("short buffer descriptor".into());
+                    }
+                    let (p, x) = payload.split_at(payload.len() - DESC_LEN);
+                    payload = p;
+                    d = Some(RemoteBuf {
+                        addr: le_u64(x),
+                        len: hdr.len,
+                        rkey: u32::from_le_bytes([x[8], x[9], x[10], x[11]]),
+                    });
+                }
+                let info = PeerInfo {
+                    cma_pid: None,
+                    local: false,
+                };
+                match hdr.kind {
+                    Kind::Bye => {
+                        self.health = Health::Closed;
+                        return Ok(());
+                    }
+                    Kind::Rts => {
+                        if let Some(d) = d {
+                            self.rts_remote.insert(hdr.seq, d);
+                        }
+                    }
+                    Kind::Cts => {
+                        if let Some(d) = d {
+                            self.cts_remote.insert(hdr.seq, d);
+                        }
+                    }
+                    Kind::Fin => {
+                        self.send_mrs.remove(&hdr.seq);
+                    }
+                    _ => {}
+                }
+                st.on_record(peer, info, &hdr, payload)
+            }
+            t => Err(format!("unknown rdma message type {t}")),
+        }
+    }
+}
+
+// ------------------------------------------------------------------ engine
+
+impl Engine {
+    /// Before a blocking `poll(2)`: arms every rdma CQ and runs one
+    /// progress pass to catch completions that arrived before arming.
+    /// Returns the completion channel's fd (-1 when no rdma channel is
+    /// open, which poll ignores), or `None` when something happened and
+    /// the caller must not block.
+    pub(crate) fn rdma_arm(&mut self) -> Option<RawFd> {
+        let mut fd = -1;
+        for i in 0..self.rdma_peers.len() {
+            let p = self.rdma_peers[i];
+            if let Channel::Rdma(c) = &mut self.chans[p] {
+                if c.health == Health::Open {
+                    c.arm();
+                    fd = c.fd();
+                }
+            }
+        }
+        if self.progress() > 0 {
+            return None;
+        }
+        Some(fd)
+    }
+
+    /// After a blocking `poll(2)` that included [`rdma_arm`]'s fd: consumes
+    /// the completion events (the CQs are polled by the next progress pass).
+    pub(crate) fn rdma_after_wait(&mut self) {
+        if let Some(&p) = self.rdma_peers.first() {
+            if let Channel::Rdma(c) = &self.chans[p] {
+                let _ = c.ctx().comp.take_events();
+            }
+        }
+    }
+
+    /// True while an open rdma channel still has messages or completions
+    /// outstanding (finalize waits for them).
+    pub(crate) fn rdma_backlog(&self) -> bool {
+        self.rdma_peers.iter().any(|&p| match &self.chans[p] {
+            Channel::Rdma(c) => c.has_backlog(),
+            _ => false,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_per_node() {
+        assert_eq!(device_for_node(None, 3), None);
+        assert_eq!(device_for_node(Some("auto"), 0), None);
+        assert_eq!(device_for_node(Some(" "), 0), None);
+        assert_eq!(
+            device_for_node(Some("mlx5_0"), 5).as_deref(),
+            Some("mlx5_0")
+        );
+        assert_eq!(
+            device_for_node(Some("rxe0,rxe1"), 0).as_deref(),
+            Some("rxe0")
+        );
+        assert_eq!(
+            device_for_node(Some("rxe0,rxe1"), 1).as_deref(),
+            Some("rxe1")
+        );
+        assert_eq!(
+            device_for_node(Some("rxe0, rxe1"), 3).as_deref(),
+            Some("rxe1")
+        );
+    }
+
+    #[test]
+    fn wr_ids_round_trip() {
+        let id = wr(TAG_XFER, 17);
+        assert_eq!(id >> TAG_SHIFT, TAG_XFER);
+        assert_eq!(id & TAG_MASK, 17);
+        assert_eq!(wr(TAG_RECV, 5), 5);
+    }
+}
