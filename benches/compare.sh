@@ -71,7 +71,7 @@ for rep in $(seq 1 "$REPS"); do
 done
 
 LOAD_AFTER=$(busy)
-python3 - "$OUT/raw" "$REPS" "$BIND_NOTE" "$LOAD_BEFORE" "$LOAD_AFTER" "${NOTE:-}" >"$DOC" <<'PYEOF'
+python3 - "$OUT/raw" "$REPS" "$BIND_NOTE" "$LOAD_BEFORE" "$LOAD_AFTER" "${NOTE:-}" >"$OUT/section.md" <<'PYEOF'
 import glob, os, statistics, sys, subprocess, datetime
 raw, reps, bind_note, load_before, load_after, note = sys.argv[1:7]
 data = {}  # (bench, impl) -> size -> [values]
@@ -130,5 +130,22 @@ print("  writes the second (process_vm_writev). Open MPI and MPICH have one side
 print("- Hot path (instruction counts from callgrind): an idle progress pass is one load per shm peer plus a few")
 print("  flag checks; no allocation or syscall per eager message; a doorbell ring is one fence and one load while")
 print("  the peer is awake.")
+PYEOF
+# Replace only this section of $DOC (from its title to the next top-level
+# heading): other sections (e.g. the rdma channel's) stay.
+python3 - "$OUT/section.md" "$DOC" <<'PYEOF'
+import os, sys
+section, doc = sys.argv[1], sys.argv[2]
+new = open(section).read().rstrip("\n") + "\n"
+title = new.splitlines()[0]
+old = open(doc).read().splitlines(keepends=True) if os.path.exists(doc) else []
+start = next((i for i, l in enumerate(old) if l.rstrip("\n") == title), None)
+if start is None:
+    out = new + ("\n" + "".join(old) if old else "")
+else:
+    end = next((j for j in range(start + 1, len(old)) if old[j].startswith("# ")), len(old))
+    rest = "".join(old[end:])
+    out = "".join(old[:start]) + new + ("\n" + rest if rest else "")
+open(doc, "w").write(out)
 PYEOF
 echo "wrote $DOC" >&2

@@ -47,7 +47,7 @@ pub const REGISTRY: &[Entry] = &[
     e("IBCOLL_RDMA_RECV_BUFS", "64", "rdma: receive buffers (of eager limit + 64 bytes) pre-posted per peer = send credits each peer gets (at least 4)"),
     e("IBCOLL_RDMA_CREDIT_UPDATE", "auto", "rdma: credits owed to a peer that trigger an explicit credit message when no traffic carries them back (auto: recv bufs / 4)"),
     e("IBCOLL_RDMA_SEND_BUFS", "64", "rdma: registered send buffers per peer for eager messages too large to inline"),
-    e("IBCOLL_RDMA_TIMEOUT", "14", "rdma: RC ack timeout exponent (4.096 us * 2^n; 14 = 67 ms); with the retry count it bounds how long a dead peer's QP goes unnoticed"),
+    e("IBCOLL_RDMA_TIMEOUT", "16", "rdma: RC ack timeout exponent (4.096 us * 2^n; 16 = 268 ms, so 8 tries span ~2 s: robust on loaded, emulated hosts); with the retry count it bounds how long a dead peer's QP goes unnoticed"),
     e("IBCOLL_RDMA_RETRY_CNT", "7", "rdma: RC transport retries (0-7) before a send fails with 'transport retry counter exceeded'"),
     e("IBCOLL_RDMA_RNR_RETRY", "7", "rdma: RNR retries (7 = infinite; credits keep receivers from running out of buffers)"),
     e("IBCOLL_RDMA_PID_CHECK", "on", "rdma: also check the pid of peers on the same host (virtual nodes) every IBCOLL_BLOCK_MS; off leaves dead-peer detection to the verbs heartbeat"),

@@ -15,11 +15,18 @@
 //!   (`IBCOLL_MIXED_WAIT_US`) alternate with socket polls.
 //!
 //! Every block is bounded (`IBCOLL_BLOCK_MS`), and between blocks the pids
-//! of shm peers are checked, so a dead peer turns into an error.
+//! of shm peers are checked, so a dead peer turns into an error. A rank
+//! whose shm records wait for ring space blocks at most `SPACE_WAIT`
+//! (50 us): consumers do not ring after draining a ring.
+//!
+//! The spin phase pauses once per idle pass (see `wait_until`).
 
 use std::time::{Duration, Instant};
 
 use super::Engine;
+
+/// Longest block of a rank whose shm records wait for ring space.
+const SPACE_WAIT: Duration = Duration::from_micros(50);
 use crate::transport::{Channel, Health};
 
 impl Engine {
@@ -104,10 +111,24 @@ impl Engine {
             let Some(node) = self.node.clone() else {
                 return;
             };
-            let timeout = if tcp {
-                self.cfg.mixed_wait
+            // Consumers do not ring after draining a ring (that would put
+            // a fence on every receive), so a rank whose records wait for
+            // ring space re-checks after a short sleep instead.
+            let space_wait = self.queued > 0
+                || !self.ctl_retry.is_empty()
+                || self
+                    .shm_peers
+                    .iter()
+                    .any(|&p| matches!(&self.chans[p], Channel::Shm(c) if c.is_busy()));
+            let block = if space_wait {
+                self.cfg.block.min(SPACE_WAIT)
             } else {
                 self.cfg.block
+            };
+            let timeout = if tcp {
+                self.cfg.mixed_wait.min(block)
+            } else {
+                block
             };
             let me = self.local_rank;
             if tcp {
@@ -123,7 +144,7 @@ impl Engine {
                     bell.begin_polling();
                     if self.progress() == 0 {
                         let backlog = self.tcp_backlog();
-                        self.poll_sockets(self.cfg.block, backlog);
+                        self.poll_sockets(block, backlog);
                     }
                     bell.end_polling();
                     return;

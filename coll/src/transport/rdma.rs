@@ -362,6 +362,14 @@ pub(crate) struct RdmaChannel {
     wcs: Box<[WorkCompletion; 16]>,
 }
 
+/// How many consumed receive slots to repost at once. Slots held back here
+/// plus credits owed below the update threshold must stay below the slot
+/// count, or a sender could wait for credits nobody sends: batch +
+/// threshold <= slots (with the reserved credit, the sender keeps >= 1).
+fn repost_batch(slots: usize, credit_update: usize) -> usize {
+    ((slots - credit_update.min(slots - 1)) / 2).clamp(1, 16)
+}
+
 fn le_u64(b: &[u8]) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[..8]);
@@ -426,7 +434,7 @@ impl RdmaChannel {
             xfers: Vec::new(),
             pending: VecDeque::new(),
             consumed: Vec::with_capacity(nrecv),
-            repost_batch: ((nrecv - c.credit_update.min(nrecv - 1)) / 2).clamp(1, 16),
+            repost_batch: repost_batch(nrecv, c.credit_update),
             last_heard: Instant::now(),
             heard: false,
             probe_out: false,
@@ -1114,6 +1122,19 @@ mod tests {
             device_for_node(Some("rxe0, rxe1"), 3).as_deref(),
             Some("rxe1")
         );
+    }
+
+    #[test]
+    fn repost_batch_never_starves_credits() {
+        for slots in 4..300 {
+            for update in 1..slots {
+                let b = repost_batch(slots, update);
+                assert!((1..=16).contains(&b), "{slots} {update} -> {b}");
+                assert!(b + update <= slots, "{slots} {update} -> {b}");
+            }
+        }
+        assert_eq!(repost_batch(64, 16), 16);
+        assert_eq!(repost_batch(4, 1), 1);
     }
 
     #[test]

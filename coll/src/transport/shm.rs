@@ -221,6 +221,12 @@ impl ShmChannel {
         true
     }
 
+    /// Work is queued besides the ring (CMA copies, streams, control
+    /// records waiting for ring space).
+    pub fn is_busy(&self) -> bool {
+        self.busy
+    }
+
     pub fn has_backlog(&self) -> bool {
         !self.slow.out_streams.is_empty()
     }
@@ -534,10 +540,9 @@ impl ShmChannel {
                     break;
                 }
             }
-            if n > 0 {
-                // The peer may be asleep waiting for ring space.
-                self.ring_peer();
-            }
+            // No ring here for a producer waiting for space: that would
+            // cost a fence per receive; such a producer sleeps briefly and
+            // re-checks instead (`SPACE_WAIT` in engine/progress.rs).
         }
         if !self.slow.out_streams.is_empty() || !self.slow.in_streams.is_empty() {
             n += self.poll_pipes(st);

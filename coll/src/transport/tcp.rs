@@ -108,8 +108,10 @@ impl TcpChannel {
     }
 
     /// True while bytes wait to be written.
+    /// Queued bytes that can still reach the peer; a closed or failed
+    /// channel never drains, so it has none (finalize must not wait on it).
     pub fn has_backlog(&self) -> bool {
-        !self.out.is_empty()
+        self.health == Health::Open && !self.out.is_empty()
     }
 
     pub fn try_send(&mut self, hdr: &Header, payload: &[u8]) -> bool {
