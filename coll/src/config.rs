@@ -30,7 +30,7 @@ pub const REGISTRY: &[Entry] = &[
     e("IBCOLL_SHM_PIPE_CHUNK", "65536", "bytes per pipelined-copy slot (multiple of 64)"),
     e("IBCOLL_CMA", "auto", "single-copy transfers by process_vm_readv: auto (probe), on, off (always pipelined copy)"),
     e("IBCOLL_SHM_SPLIT_MIN", "65536", "shm with CMA: rendezvous messages from this many bytes are copied by both sides at once (receiver reads the first half, sender writes the second); 0 = receiver copies alone"),
-    e("IBCOLL_SHM_CMA_CHUNK", "262144", "shm with CMA: bytes per process_vm_readv/writev call; records are handled between chunks"),
+    e("IBCOLL_SHM_CMA_CHUNK", "1048576", "shm with CMA: bytes per process_vm_readv/writev call (and claim granularity of a split copy); records are handled between chunks"),
     e("IBCOLL_SPIN", "auto", "busy-poll iterations before yielding (auto: 2000, or 20 when the node is oversubscribed)"),
     e("IBCOLL_YIELD", "auto", "sched_yield calls before blocking (auto: 200, or 2000 when the node is oversubscribed)"),
     e("IBCOLL_BLOCK_MS", "100", "longest single block on the doorbell or in poll(2) before re-checking peers (ms)"),

@@ -6,6 +6,7 @@
 //! pids_off          one i32 pid slot per local rank
 //! rings_off         one ring per ordered pair (i -> j, i != j)
 //! pipes_off         optionally one pipe per ordered pair
+//! claims_off        CLAIM_SLOTS claim slots per ordered pair (split copies)
 //! extra_off         free area for collective fast paths
 //! total_len
 //! ```
@@ -58,6 +59,7 @@ pub struct NodeLayout {
     ring_stride: usize,
     pipes_off: usize,
     pipe_stride: usize,
+    claims_off: usize,
     extra_off: usize,
     extra_len: usize,
     total_len: usize,
@@ -108,6 +110,14 @@ impl NodeLayout {
         let pipes_off = end;
         end = area_end(pipes_off, pairs, pipe_stride).ok_or_else(|| invalid("overflow"))?;
 
+        let claims_off = end;
+        end = area_end(
+            claims_off,
+            pairs,
+            crate::rndv::CLAIM_SLOTS * std::mem::size_of::<crate::rndv::ClaimSlot>(),
+        )
+        .ok_or_else(|| invalid("overflow"))?;
+
         let extra_off = end;
         let extra_len = p
             .extra_bytes
@@ -125,6 +135,7 @@ impl NodeLayout {
             ring_stride,
             pipes_off,
             pipe_stride,
+            claims_off,
             extra_off,
             extra_len,
             total_len,
@@ -185,6 +196,17 @@ impl NodeLayout {
     pub fn pipe_offset(&self, from: usize, to: usize) -> Option<usize> {
         let idx = self.pair_index(from, to);
         (self.params.pipe_slots > 0).then(|| self.pipes_off + idx * self.pipe_stride)
+    }
+
+    /// Offset of claim slot `slot` (< [`crate::rndv::CLAIM_SLOTS`]) of the
+    /// ordered pair `from -> to`.
+    ///
+    /// # Panics
+    /// If `from == to`, either is not a local rank, or `slot` is too large.
+    pub fn claim_offset(&self, from: usize, to: usize, slot: usize) -> usize {
+        assert!(slot < crate::rndv::CLAIM_SLOTS, "claim slot {slot}");
+        let size = std::mem::size_of::<crate::rndv::ClaimSlot>();
+        self.claims_off + (self.pair_index(from, to) * crate::rndv::CLAIM_SLOTS + slot) * size
     }
 
     /// Offset of the free `extra` area.

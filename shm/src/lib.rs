@@ -22,6 +22,7 @@ pub mod layout;
 pub mod node;
 pub mod pipeline;
 pub mod ring;
+pub mod rndv;
 pub mod segment;
 pub mod wake;
 
@@ -33,5 +34,6 @@ pub use layout::{LayoutParams, NodeLayout, CACHE_LINE, PAGE};
 pub use node::NodeSegment;
 pub use pipeline::{PipeReceiver, PipeSender};
 pub use ring::{RecordRef, RingConsumer, RingProducer};
+pub use rndv::{ClaimSlot, CLAIM_SLOTS};
 pub use segment::{cleanup_job, segment_name, Segment, SHM_DIR};
 pub use wake::{wake_path, WakeFifo, WakeWriter};

@@ -16,6 +16,7 @@ use crate::header::SegmentHeader;
 use crate::layout::NodeLayout;
 use crate::pipeline::{PipeReceiver, PipeSender};
 use crate::ring::{RingConsumer, RingProducer};
+use crate::rndv::ClaimSlot;
 use crate::segment::Segment;
 
 /// A mapped node segment and its layout.
@@ -143,6 +144,15 @@ impl NodeSegment {
         let (base, slots, chunk) = self.pipe(from, to)?;
         // SAFETY: as in `pipe_sender`.
         unsafe { PipeReceiver::new(base, slots, chunk) }
+    }
+
+    /// Claim slot `slot` of the pair `from -> to` (see [`crate::rndv`]).
+    pub fn claim_slot(&self, from: usize, to: usize, slot: usize) -> &ClaimSlot {
+        let p = self.ptr(self.layout.claim_offset(from, to, slot));
+        // SAFETY: the slot lies inside the mapping, 128-byte aligned (the
+        // area starts on a page and slots are 128 bytes), zeroed at
+        // creation, lives as long as `self`, and is only used atomically.
+        unsafe { &*(p as *const ClaimSlot) }
     }
 
     /// Start of the free `extra` area ([`NodeLayout::extra_len`] bytes,

@@ -5,22 +5,26 @@
 //!
 //! # Rendezvous by CMA
 //! The receiver, once an RTS matched, copies the sender's buffer with
-//! `process_vm_readv` in chunks of [`CMA_CHUNK`] bytes, one chunk per poll,
+//! `process_vm_readv` in chunks of `cma_chunk` bytes, one chunk per poll,
 //! so records that arrive meanwhile (FINs, new RTSs) are handled between
-//! chunks. From [`SPLIT_MIN`] bytes on, both cores copy: the receiver reads
-//! the first half and asks the sender (PUT) to write the second half into
-//! the receive buffer with `process_vm_writev`; the sender answers PUT_DONE
-//! with the bytes it wrote (fewer if a write failed: the receiver then reads
-//! the rest itself). The receive completes when all bytes are in; only then
-//! does the receiver send FIN, so the sender's buffer stays borrowed until
-//! both copies are over, and the receiver's until the sender's write is.
+//! chunks. From `split_min` bytes on, both cores copy: the receiver reads
+//! the first half itself and offers the second half as chunks in a claim
+//! slot of the pair ([`ibcoll_shm::rndv`]), announced to the sender by PUT.
+//! The sender claims chunks and writes them into the receive buffer with
+//! `process_vm_writev`; the receiver, once its own half is done, claims
+//! whatever chunks are left and reads them. So a busy or descheduled
+//! sender only costs the chunk it holds. The receive completes when the
+//! slot counts every byte copied; only then does the receiver send FIN, so
+//! the sender's buffer stays borrowed until all copies are over, and no
+//! write into the receive buffer can come after its completion.
 //!
-//! PUT and PUT_DONE are DATA records on the ring (the shm channel has no
+//! PUT and PUT_FAILED are DATA records on the ring (the shm channel has no
 //! other use for DATA), told apart by `tag`, and never reach the engine:
-//! - PUT: `seq` = send token, `len` = bytes to write, payload = receiver's
-//!   destination address, offset in the send buffer, receive token;
-//! - PUT_DONE: `seq` = receive token, `len` = bytes written, payload =
-//!   bytes asked for, offset.
+//! - PUT: `seq` = send token, `len` = bytes offered, `src` = slot,
+//!   `ctx` = slot generation, payload = receiver's address of the first
+//!   offered byte, its offset in the message, receive token, chunk size;
+//! - PUT_FAILED (a write failed): `seq` = receive token, `len` = bytes not
+//!   written, payload = their offset; the receiver reads them itself.
 
 use std::collections::VecDeque;
 use std::rc::Rc;
@@ -36,14 +40,17 @@ use crate::engine::State;
 const POLL_BATCH: usize = 32;
 
 /// Bytes copied by one CMA call (one per poll and direction).
-pub(crate) const CMA_CHUNK: usize = 256 * 1024;
+pub(crate) const CMA_CHUNK: usize = 1 << 20;
 
 /// Smallest rendezvous message whose copy is split between receiver and
 /// sender.
 pub(crate) const SPLIT_MIN: usize = 64 * 1024;
 
 const TAG_PUT: i32 = 1;
-const TAG_PUT_DONE: i32 = 2;
+const TAG_PUT_FAILED: i32 = 2;
+
+/// Control record payloads are at most this long.
+const CTL_MAX: usize = 32;
 
 /// A part of a receive this side copies by `process_vm_readv`.
 struct CmaRead {
@@ -53,6 +60,30 @@ struct CmaRead {
     buf: *mut u8,
     off: usize,
     end: usize,
+    /// Part of the offered (claimed) range: counted in the claim slot.
+    shared: bool,
+}
+
+/// The offered part of a split receive.
+struct Offer {
+    slot: usize,
+    gen: u32,
+    /// Offset of the first offered byte, bytes offered, chunk size.
+    start: usize,
+    len: usize,
+    chunk: usize,
+}
+
+impl Offer {
+    fn chunks(&self) -> u32 {
+        self.len.div_ceil(self.chunk) as u32
+    }
+
+    /// Range of chunk `k` in the message.
+    fn range(&self, k: u32) -> (usize, usize) {
+        let a = self.start + k as usize * self.chunk;
+        (a, (a + self.chunk).min(self.start + self.len))
+    }
 }
 
 /// A receive being copied by CMA.
@@ -61,28 +92,26 @@ struct RndvIn {
     send_token: u64,
     remote: usize,
     buf: *mut u8,
-    /// The sender is writing part of it (PUT sent, no PUT_DONE yet).
-    put_out: bool,
+    offer: Option<Offer>,
     err: Option<crate::error::Error>,
 }
 
-/// A part of a send this side writes into the receiver by
-/// `process_vm_writev` (asked for by PUT).
+/// A split send this side helps with (PUT): claims chunks of the offer and
+/// writes them into the receiver by `process_vm_writev`.
 struct CmaPut {
     send_token: Token,
     recv_token: u64,
+    /// Send buffer (byte 0 of the message).
     src: *const u8,
-    /// Receiver's address of byte `start` of the message.
+    /// Receiver's address of byte `offer.start` of the message.
     dst: usize,
-    start: usize,
-    off: usize,
-    end: usize,
+    offer: Offer,
 }
 
 /// A control record waiting for ring space.
 struct CtlRec {
     hdr: Header,
-    payload: [u8; 24],
+    payload: [u8; CTL_MAX],
     plen: usize,
 }
 
@@ -107,6 +136,7 @@ pub(crate) struct ShmChannel {
     /// Everything an eager message does not touch, out of line.
     slow: Box<Slow>,
     node: Rc<NodeSegment>,
+    me: usize,
     peer_local: usize,
     pub peer_pid: i32,
     /// Both sides can read each other's memory by CMA.
@@ -132,6 +162,8 @@ struct Slow {
     rndv_in: Vec<RndvIn>,
     puts: VecDeque<CmaPut>,
     ctl: VecDeque<CtlRec>,
+    /// Claim slots of the pair `peer -> me` not in use.
+    free_slots: Vec<usize>,
     /// The peer's wake-up FIFO, opened the first time it sleeps in poll(2).
     wake: Option<WakeWriter>,
 }
@@ -179,9 +211,11 @@ impl ShmChannel {
                 rndv_in: Vec::new(),
                 puts: VecDeque::new(),
                 ctl: VecDeque::new(),
+                free_slots: (0..ibcoll_shm::CLAIM_SLOTS).rev().collect(),
                 wake: None,
             }),
             node,
+            me,
             peer_local,
             peer_pid,
             cma,
@@ -267,24 +301,43 @@ impl ShmChannel {
         } else {
             0
         };
-        let mine = if half > 0 { half } else { wanted };
-        if half > 0 {
-            let mut put = Header::new(Kind::Data);
-            put.tag = TAG_PUT;
-            put.seq = send_token;
-            put.len = (wanted - half) as u64;
-            let mut p = [0u8; 24];
-            p[..8].copy_from_slice(&(buf as u64 + half as u64).to_le_bytes());
-            p[8..16].copy_from_slice(&(half as u64).to_le_bytes());
-            p[16..].copy_from_slice(&recv_token.to_le_bytes());
-            self.send_ctl(put, p, 24);
-        }
+        let offer = match self.slow.free_slots.pop() {
+            Some(slot) if half > 0 => {
+                let gen = self.node.claim_slot(self.peer_local, self.me, slot).offer();
+                let offer = Offer {
+                    slot,
+                    gen,
+                    start: half,
+                    len: wanted - half,
+                    chunk: self.cma_chunk,
+                };
+                let mut put = Header::new(Kind::Data);
+                put.tag = TAG_PUT;
+                put.seq = send_token;
+                put.len = offer.len as u64;
+                put.src = slot as u32;
+                put.ctx = gen;
+                let mut p = [0u8; CTL_MAX];
+                p[..8].copy_from_slice(&(buf as u64 + half as u64).to_le_bytes());
+                p[8..16].copy_from_slice(&(half as u64).to_le_bytes());
+                p[16..24].copy_from_slice(&recv_token.to_le_bytes());
+                p[24..].copy_from_slice(&(offer.chunk as u64).to_le_bytes());
+                self.send_ctl(put, p, CTL_MAX);
+                Some(offer)
+            }
+            Some(slot) => {
+                self.slow.free_slots.push(slot);
+                None
+            }
+            None => None,
+        };
+        let mine = if offer.is_some() { half } else { wanted };
         self.slow.rndv_in.push(RndvIn {
             recv_token,
             send_token,
             remote,
             buf,
-            put_out: half > 0,
+            offer,
             err: None,
         });
         self.slow.reads.push_back(CmaRead {
@@ -293,11 +346,20 @@ impl ShmChannel {
             buf,
             off: 0,
             end: mine,
+            shared: false,
         });
     }
 
+    /// A CMA transfer found the peer process gone: the channel fails (so
+    /// the engine fails what needs the peer and finalize skips the fence).
+    fn note_gone(&mut self, e: &ibcoll_shm::ShmError) {
+        if matches!(e, ibcoll_shm::ShmError::PeerGone { .. }) && self.health == Health::Open {
+            self.health = Health::Failed(format!("process {} is gone", self.peer_pid));
+        }
+    }
+
     /// Sends a control record now, or queues it behind earlier ones.
-    fn send_ctl(&mut self, hdr: Header, payload: [u8; 24], plen: usize) {
+    fn send_ctl(&mut self, hdr: Header, payload: [u8; CTL_MAX], plen: usize) {
         if self.slow.ctl.is_empty() && self.try_send(&hdr, &payload[..plen]) {
             return;
         }
@@ -318,26 +380,54 @@ impl ShmChannel {
         n
     }
 
-    /// Receiver: completes (or fails) receive `i` of `rndv_in` once nothing
-    /// is left to copy, and answers FIN.
-    fn settle(&mut self, i: usize, st: &mut State, completed: bool) {
-        let r = &self.slow.rndv_in[i];
-        let tok = r.recv_token;
-        if !completed
-            && (r.put_out || r.err.is_none() || self.slow.reads.iter().any(|x| x.recv_token == tok))
-        {
-            return;
+    /// Receiver: moves receive `i` of `rndv_in` on once its own reads are
+    /// over: claims a chunk of its offer that the sender has not taken,
+    /// or, once the slot counts every offered byte, completes (or fails)
+    /// the receive and answers FIN. Returns whether something happened.
+    fn settle(&mut self, i: usize, st: &mut State) -> bool {
+        let tok = self.slow.rndv_in[i].recv_token;
+        if self.slow.reads.iter().any(|x| x.recv_token == tok) {
+            return false;
+        }
+        if let Some(o) = &self.slow.rndv_in[i].offer {
+            let slot = self.node.claim_slot(self.peer_local, self.me, o.slot);
+            if let Some(k) = slot.claim(o.gen, o.chunks()) {
+                let (off, end) = o.range(k);
+                let r = &self.slow.rndv_in[i];
+                let read = CmaRead {
+                    recv_token: tok,
+                    remote: r.remote,
+                    buf: r.buf,
+                    off,
+                    end,
+                    shared: true,
+                };
+                // First in line: it finishes a receive.
+                self.slow.reads.push_front(read);
+                return true;
+            }
+            if slot.done() < o.len as u64 {
+                // The sender is still copying a chunk it claimed.
+                return false;
+            }
         }
         let r = self.slow.rndv_in.swap_remove(i);
+        if let Some(o) = &r.offer {
+            self.slow.free_slots.push(o.slot);
+            if r.err.is_none() {
+                st.recv_stream_advance(tok, o.len);
+            }
+        }
         if let Some(e) = r.err {
             st.recv_stream_fail(tok, e);
         }
         let mut fin = Header::new(Kind::Fin);
         fin.seq = r.send_token;
-        self.send_ctl(fin, [0; 24], 0);
+        self.send_ctl(fin, [0; CTL_MAX], 0);
+        true
     }
 
-    /// Handles a PUT or PUT_DONE record.
+    /// Handles a PUT or PUT_FAILED record.
     fn on_data(&mut self, peer: usize, st: &mut State, h: &Header, p: &[u8]) -> Result<(), String> {
         let w = |i: usize| -> Result<u64, String> {
             p.get(i * 8..i * 8 + 8)
@@ -346,66 +436,82 @@ impl ShmChannel {
         };
         match h.tag {
             TAG_PUT => {
-                let (dst, start, recv_token) = (w(0)?, w(1)? as usize, w(2)?);
+                let (dst, start, recv_token, chunk) =
+                    (w(0)?, w(1)? as usize, w(2)?, w(3)? as usize);
                 let n = h.len as usize;
+                let slot = h.src as usize;
                 let Some((src, len)) = st.send_awaiting(h.seq, peer) else {
                     return Err(format!("PUT for unknown send {:#x}", h.seq));
                 };
-                if !self.cma || start.checked_add(n).map_or(true, |e| e > len) || n == 0 {
+                if !self.cma
+                    || start.checked_add(n).map_or(true, |e| e > len)
+                    || n == 0
+                    || chunk == 0
+                    || slot >= ibcoll_shm::CLAIM_SLOTS
+                {
                     return Err(format!(
-                        "PUT of {n} bytes at {start} does not fit send of {len}"
+                        "PUT of {n} bytes at {start} (slot {slot}, chunk {chunk}) does not fit send of {len}"
                     ));
                 }
+                self.busy = true;
                 self.slow.puts.push_back(CmaPut {
                     send_token: h.seq,
                     recv_token,
                     src,
                     dst: dst as usize,
-                    start,
-                    off: start,
-                    end: start + n,
+                    offer: Offer {
+                        slot,
+                        gen: h.ctx,
+                        start,
+                        len: n,
+                        chunk,
+                    },
                 });
             }
-            TAG_PUT_DONE => {
+            TAG_PUT_FAILED => {
                 let tok = h.seq;
-                let written = h.len as usize;
-                let (asked, start) = (w(0)? as usize, w(1)? as usize);
-                let Some(i) = self.slow.rndv_in.iter().position(|r| r.recv_token == tok) else {
+                let (off, n) = (w(0)? as usize, h.len as usize);
+                let Some(r) = self.slow.rndv_in.iter().find(|r| r.recv_token == tok) else {
                     // The receive failed meanwhile (its peer is gone).
                     return Ok(());
                 };
-                if written > asked {
-                    return Err(format!("PUT_DONE says {written} of {asked} bytes"));
+                let ok = r
+                    .offer
+                    .as_ref()
+                    .is_some_and(|o| off >= o.start && off + n <= o.start + o.len);
+                if !ok {
+                    return Err(format!(
+                        "PUT_FAILED for {n} bytes at {off} outside the offer"
+                    ));
                 }
-                let r = &mut self.slow.rndv_in[i];
-                r.put_out = false;
-                if written < asked && r.err.is_none() {
-                    // The sender could not write it all: read the rest.
-                    self.slow.reads.push_back(CmaRead {
-                        recv_token: tok,
-                        remote: r.remote,
-                        buf: r.buf,
-                        off: start + written,
-                        end: start + asked,
-                    });
-                }
-                let done = written > 0 && st.recv_stream_advance(tok, written);
-                self.settle(i, st, done);
+                // The sender claimed these bytes but could not write them.
+                let read = CmaRead {
+                    recv_token: tok,
+                    remote: r.remote,
+                    buf: r.buf,
+                    off,
+                    end: off + n,
+                    shared: true,
+                };
+                self.busy = true;
+                self.slow.reads.push_front(read);
             }
             t => return Err(format!("shm DATA record with unknown tag {t}")),
         }
         Ok(())
     }
 
-    /// One chunk of the oldest CMA read and of the oldest CMA write.
+    /// One chunk of the oldest CMA read and of the oldest CMA write, and
+    /// the bookkeeping of split receives.
     fn poll_cma(&mut self, peer: usize, st: &mut State) -> usize {
         let mut n = 0;
         if let Some(r) = self.slow.reads.front_mut() {
             n += 1;
             let tok = r.recv_token;
             if !st.recv_streaming(tok) {
-                // Failed meanwhile (peer lost): drop it.
-                self.slow.reads.pop_front();
+                // Failed meanwhile (peer lost): drop it. Its claim slot is
+                // not reused while the dead sender might hold a chunk.
+                self.slow.reads.retain(|x| x.recv_token != tok);
                 self.slow.rndv_in.retain(|x| x.recv_token != tok);
             } else {
                 let c = (r.end - r.off).min(self.cma_chunk);
@@ -414,68 +520,96 @@ impl ShmChannel {
                 // `off + c <= end`.
                 let dst = unsafe { std::slice::from_raw_parts_mut(r.buf.add(r.off), c) };
                 let res = ibcoll_shm::cma_read(self.peer_pid, r.remote + r.off, dst);
-                let (mut completed, mut failed) = (false, None);
-                match res {
+                let shared = r.shared;
+                let left = r.end - r.off;
+                let err = match res {
                     Ok(()) => {
                         r.off += c;
-                        completed = st.recv_stream_advance(tok, c);
                         if r.off == r.end {
                             self.slow.reads.pop_front();
                         }
+                        None
                     }
                     Err(e) => {
-                        failed = Some(crate::engine::cma_error(
+                        self.slow.reads.pop_front();
+                        self.note_gone(&e);
+                        Some(crate::engine::cma_error(
                             st.rank,
                             peer,
                             crate::error::Op::Recv,
                             e,
-                        ));
-                        self.slow.reads.pop_front();
+                        ))
                     }
-                }
-                if completed
-                    || failed.is_some()
-                    || self
-                        .slow
-                        .reads
-                        .front()
-                        .map_or(true, |x| x.recv_token != tok)
-                {
-                    if let Some(i) = self.slow.rndv_in.iter().position(|x| x.recv_token == tok) {
-                        if failed.is_some() {
-                            self.slow.rndv_in[i].err = failed;
+                };
+                let i = self.slow.rndv_in.iter().position(|x| x.recv_token == tok);
+                match (shared, i) {
+                    (true, Some(i)) => {
+                        let o = self.slow.rndv_in[i].offer.as_ref().map(|o| o.slot);
+                        if let Some(slot) = o {
+                            // Counted even when it failed (the receive then
+                            // fails), so completion never waits for it.
+                            let bytes = if err.is_some() { left } else { c };
+                            self.node
+                                .claim_slot(self.peer_local, self.me, slot)
+                                .add_done(bytes as u64);
                         }
-                        self.settle(i, st, completed);
                     }
+                    _ if err.is_none() => {
+                        st.recv_stream_advance(tok, c);
+                    }
+                    _ => {}
+                }
+                if let (Some(e), Some(i)) = (err, i) {
+                    self.slow.rndv_in[i].err.get_or_insert(e);
                 }
             }
         }
-        if let Some(p) = self.slow.puts.front_mut() {
+        // Receives whose own reads are over: steal chunks or complete.
+        let mut i = 0;
+        while i < self.slow.rndv_in.len() {
+            let len = self.slow.rndv_in.len();
+            if self.settle(i, st) {
+                n += 1;
+            }
+            if self.slow.rndv_in.len() == len {
+                i += 1;
+            }
+        }
+        if let Some(p) = self.slow.puts.front() {
             n += 1;
-            if st.send_awaiting(p.send_token, peer).is_none() {
-                // Failed meanwhile (peer lost): nobody waits for the rest.
-                self.slow.puts.pop_front();
+            let slot = self.node.claim_slot(self.me, self.peer_local, p.offer.slot);
+            let claimed = if st.send_awaiting(p.send_token, peer).is_some() {
+                slot.claim(p.offer.gen, p.offer.chunks())
             } else {
-                let c = (p.end - p.off).min(self.cma_chunk);
-                // SAFETY: the send waits for the receiver's FIN, which comes
-                // only after our PUT_DONE, so its Request still borrows
-                // `len >= p.end` bytes at `p.src`.
-                let src = unsafe { std::slice::from_raw_parts(p.src.add(p.off), c) };
-                let ok =
-                    ibcoll_shm::cma_write(self.peer_pid, p.dst + (p.off - p.start), src).is_ok();
-                if ok {
-                    p.off += c;
-                }
-                if !ok || p.off == p.end {
-                    let mut d = Header::new(Kind::Data);
-                    d.tag = TAG_PUT_DONE;
-                    d.seq = p.recv_token;
-                    d.len = (p.off - p.start) as u64;
-                    let mut pl = [0u8; 24];
-                    pl[..8].copy_from_slice(&((p.end - p.start) as u64).to_le_bytes());
-                    pl[8..16].copy_from_slice(&(p.start as u64).to_le_bytes());
+                // Failed meanwhile (peer lost): nobody waits for the rest.
+                None
+            };
+            match claimed {
+                None => {
                     self.slow.puts.pop_front();
-                    self.send_ctl(d, pl, 16);
+                }
+                Some(k) => {
+                    let (a, b) = p.offer.range(k);
+                    // SAFETY: the send waits for the receiver's FIN, which
+                    // comes only after the claim slot counts this chunk, so
+                    // its Request still borrows `len >= b` bytes at `p.src`.
+                    let src = unsafe { std::slice::from_raw_parts(p.src.add(a), b - a) };
+                    let dst = p.dst + (a - p.offer.start);
+                    let recv_token = p.recv_token;
+                    match ibcoll_shm::cma_write(self.peer_pid, dst, src) {
+                        Ok(()) => slot.add_done((b - a) as u64),
+                        Err(e) => {
+                            self.note_gone(&e);
+                            // The receiver reads (and counts) this chunk.
+                            let mut d = Header::new(Kind::Data);
+                            d.tag = TAG_PUT_FAILED;
+                            d.seq = recv_token;
+                            d.len = (b - a) as u64;
+                            let mut pl = [0u8; CTL_MAX];
+                            pl[..8].copy_from_slice(&(a as u64).to_le_bytes());
+                            self.send_ctl(d, pl, 8);
+                        }
+                    }
                 }
             }
         }
@@ -518,10 +652,10 @@ impl ShmChannel {
                     }
                     Ok(h) if h.kind == Kind::Data => {
                         // Handled once the record is released (it borrows
-                        // the ring); its payload is at most 24 bytes.
+                        // the ring); its payload is at most CTL_MAX bytes.
                         let pl = &bytes[HEADER_LEN..];
-                        let k = pl.len().min(24);
-                        let mut p = [0u8; 24];
+                        let k = pl.len().min(CTL_MAX);
+                        let mut p = [0u8; CTL_MAX];
                         p[..k].copy_from_slice(&pl[..k]);
                         data = Some((h, p, k));
                         Ok(())
@@ -547,12 +681,17 @@ impl ShmChannel {
         if !self.slow.out_streams.is_empty() || !self.slow.in_streams.is_empty() {
             n += self.poll_pipes(st);
         }
-        if !self.slow.reads.is_empty() || !self.slow.puts.is_empty() || !self.slow.ctl.is_empty() {
+        if !self.slow.reads.is_empty()
+            || !self.slow.rndv_in.is_empty()
+            || !self.slow.puts.is_empty()
+            || !self.slow.ctl.is_empty()
+        {
             n += self.flush_ctl();
             n += self.poll_cma(peer, st);
         }
         self.busy = !self.slow.out_streams.is_empty()
             || !self.slow.in_streams.is_empty()
+            || !self.slow.rndv_in.is_empty()
             || !self.slow.reads.is_empty()
             || !self.slow.puts.is_empty()
             || !self.slow.ctl.is_empty();
