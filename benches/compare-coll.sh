@@ -19,7 +19,8 @@ SIZES=${SIZES:-"8 65536 1048576"}
 DOC=${DOC:-docs/PERFORMANCE.md}
 OUT=target/compare-coll
 mkdir -p "$OUT" target/mpi
-rm -f "$OUT"/*.txt
+# Results of other rank counts stay, so runs with different NPS add up.
+for np in $NPS; do rm -f "$OUT"/*."$np".*.txt; done
 
 cargo build --release -q -p ibcoll-benches -p ibcoll-launcher
 mpicc.openmpi -O2 -o target/mpi/osu_coll_openmpi benches/mpi/osu_coll.c -lm
