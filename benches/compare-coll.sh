@@ -20,7 +20,10 @@ DOC=${DOC:-docs/PERFORMANCE.md}
 OUT=target/compare-coll
 mkdir -p "$OUT" target/mpi
 # Results of other rank counts stay, so runs with different NPS add up.
-for np in $NPS; do rm -f "$OUT"/*."$np".*.txt; done
+for f in "$OUT"/*.txt; do
+  [ -e "$f" ] || continue
+  for np in $NPS; do [ "$(basename "$f" | cut -d. -f2)" = "$np" ] && rm -f "$f"; done
+done
 
 cargo build --release -q -p ibcoll-benches -p ibcoll-launcher
 mpicc.openmpi -O2 -o target/mpi/osu_coll_openmpi benches/mpi/osu_coll.c -lm
