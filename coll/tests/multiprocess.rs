@@ -385,3 +385,12 @@ fn ibcoll_info_lists_every_variable() {
     }
     assert!(t.contains("CMA") && t.contains(ibcoll::VERSION), "{t}");
 }
+
+/// The README's example, which also catches a collective started after a
+/// peer finalized (its data arrived before the peer's goodbye).
+#[test]
+fn readme_quickstart() {
+    for n in ["1", "2", "3", "5"] {
+        run_ok(&["-n", n], "quickstart", &[]);
+    }
+}

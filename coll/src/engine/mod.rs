@@ -906,6 +906,15 @@ impl Engine {
     pub fn peer_lost(&self, peer: usize, op: ErrOp) -> Option<Error> {
         self.peer_err(peer, op)
     }
+
+    /// Like [`Engine::peer_lost`], but only for a peer that died: one that
+    /// finalized normally may still have delivered everything it owed.
+    pub fn peer_died(&self, peer: usize, op: ErrOp) -> Option<Error> {
+        match self.chans[peer].health() {
+            Health::Failed(_) => self.peer_err(peer, op),
+            _ => None,
+        }
+    }
 }
 
 impl Drop for Engine {

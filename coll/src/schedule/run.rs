@@ -167,7 +167,9 @@ impl Run {
         }
         for (r, &w) in self.group.iter().enumerate() {
             if r != self.me as usize {
-                if let Some(err) = e.peer_lost(w, self.op) {
+                // A member that finalized is not an error: its messages to
+                // us arrived before its goodbye and are matched normally.
+                if let Some(err) = e.peer_died(w, self.op) {
                     return Err(err);
                 }
             }
