@@ -5,44 +5,10 @@
 //! Nothing here depends on timing: every job has a generous timeout that
 //! only turns a hang into a failure.
 
-use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
-use std::os::fd::AsRawFd;
-use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
-use std::sync::{Arc, Mutex};
+mod common;
 
-/// `target/<profile>`, found from this test executable
-/// (`target/<profile>/deps/multiprocess-*`).
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .and_then(|d| d.parent())
-        .expect("test executable lives in target/<profile>/deps")
-        .to_path_buf()
-}
-
-fn ibrun() -> PathBuf {
-    let p = target_dir().join("ibrun");
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo build --workspace --bins --examples` first",
-        p.display()
-    );
-    p
-}
-
-fn example(name: &str) -> PathBuf {
-    let p = target_dir().join("examples").join(name);
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo build --workspace --bins --examples` first",
-        p.display()
-    );
-    p
-}
+use common::*;
+use std::process::{Command, Output};
 
 /// Runs `ibrun <launcher args> <example> <args>`.
 fn run(launcher: &[&str], prog: &str, args: &[&str]) -> Output {
@@ -217,125 +183,22 @@ fn semantics_3_ranks_without_cma() {
 
 // ---------------------------------------------------------------- peer death
 
-/// A minimal PMI-1 server over socketpairs, so that the ranks run without a
-/// launcher that kills the survivor as soon as the victim dies: the test
-/// can then see what the survivor itself reports.
-struct MiniPmi {
-    kvs: HashMap<String, String>,
-    barrier: Vec<UnixStream>,
-    size: usize,
-}
-
-fn serve(state: Arc<Mutex<MiniPmi>>, conn: UnixStream) {
-    let mut w = conn.try_clone().expect("clone");
-    let mut lines = BufReader::new(conn);
-    let mut line = String::new();
-    loop {
-        line.clear();
-        if lines.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
-        }
-        let kv: HashMap<&str, &str> = line
-            .split_whitespace()
-            .filter_map(|t| t.split_once('='))
-            .collect();
-        let reply = match kv.get("cmd").copied().unwrap_or("") {
-            "init" => "cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0\n".to_string(),
-            "get_maxes" => "cmd=maxes kvsname_max=256 keylen_max=64 vallen_max=1024\n".into(),
-            "get_my_kvsname" => "cmd=my_kvsname kvsname=kvs_test\n".into(),
-            "get_universe_size" => {
-                format!("cmd=universe_size size={}\n", state.lock().unwrap().size)
-            }
-            "get_appnum" => "cmd=appnum appnum=0\n".into(),
-            "put" => {
-                let (k, v) = (
-                    kv["key"].to_string(),
-                    kv.get("value").unwrap_or(&"").to_string(),
-                );
-                state.lock().unwrap().kvs.insert(k, v);
-                "cmd=put_result rc=0\n".into()
-            }
-            "get" => match state.lock().unwrap().kvs.get(kv["key"]) {
-                Some(v) => format!("cmd=get_result rc=0 value={v}\n"),
-                None => "cmd=get_result rc=-1 msg=not_found\n".into(),
-            },
-            "barrier_in" => {
-                let mut s = state.lock().unwrap();
-                s.barrier.push(w.try_clone().expect("clone"));
-                if s.barrier.len() == s.size {
-                    for mut b in s.barrier.drain(..) {
-                        let _ = b.write_all(b"cmd=barrier_out\n");
-                    }
-                }
-                continue;
-            }
-            "finalize" => "cmd=finalize_ack\n".into(),
-            _ => continue,
-        };
-        if w.write_all(reply.as_bytes()).is_err() {
-            return;
-        }
-    }
-}
-
 /// Starts `peer_death` as 2 ranks on one node (shm) or two (tcp) under the
 /// mini PMI server; returns (survivor output, victim status).
 fn peer_death_direct(two_nodes: bool) -> (Output, std::process::ExitStatus) {
-    let size = 2;
-    let state = Arc::new(Mutex::new(MiniPmi {
-        kvs: HashMap::new(),
-        barrier: Vec::new(),
-        size,
-    }));
     let job = format!(
         "pdtest{}{}",
         std::process::id(),
         if two_nodes { "t" } else { "s" }
     );
-    let mut children = Vec::new();
-    for rank in 0..size {
-        let (ours, theirs) = UnixStream::pair().expect("socketpair");
-        let st = state.clone();
-        std::thread::spawn(move || serve(st, ours));
-        let fd = theirs.as_raw_fd();
-        let (node, local_rank, local_size, nodes) = if two_nodes {
-            (rank, 0, 1, 2)
-        } else {
-            (0, rank, 2, 1)
-        };
-        let mut cmd = Command::new(example("peer_death"));
-        cmd.env("PMI_FD", "3")
-            .env("PMI_RANK", rank.to_string())
-            .env("PMI_SIZE", size.to_string())
-            .env("IBCOLL_NODE_ID", node.to_string())
-            .env("IBCOLL_LOCAL_RANK", local_rank.to_string())
-            .env("IBCOLL_LOCAL_SIZE", local_size.to_string())
-            .env("IBCOLL_NUM_NODES", nodes.to_string())
-            .env("IBCOLL_JOB_ID", &job)
-            .env_remove("PMI_PORT")
-            .env_remove("IBCOLL_TRANSPORT")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        // SAFETY: between fork and exec only dup2 (async-signal-safe) runs;
-        // it gives the child our end of the socketpair as fd 3 without
-        // close-on-exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::dup2(fd, 3) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        children.push(cmd.spawn().expect("spawn peer_death"));
-        drop(theirs);
-    }
+    let nodes: &[usize] = if two_nodes { &[0, 1] } else { &[0, 0] };
+    let mut children = start_without_launcher("peer_death", &[], nodes, &job, &[], 120);
     let victim = children.pop().expect("victim");
     let survivor = children.pop().expect("survivor");
     // Reap the victim at once: a zombie still counts as alive.
     let victim_status = victim.wait_with_output().expect("wait victim").status;
     let out = survivor.wait_with_output().expect("wait survivor");
-    let _ = std::fs::remove_file(format!("/dev/shm/ibcoll-{job}-n0"));
+    remove_segments(&job, 2);
     (out, victim_status)
 }
 

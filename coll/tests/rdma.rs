@@ -9,14 +9,10 @@
 //! `IBCOLL_RDMA_REQUIRE=1`. Build first: `cargo build --workspace --bins
 //! --examples`.
 
-use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
-use std::os::fd::AsRawFd;
-use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
-use std::sync::{Arc, Mutex};
+mod common;
+
+use common::*;
+use std::process::{Command, Output};
 
 const DEVICES: &str = "IBCOLL_IB_DEVICE=rxe0,rxe1";
 
@@ -31,30 +27,9 @@ fn have_rdma() -> bool {
     false
 }
 
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .and_then(|d| d.parent())
-        .expect("test executable lives in target/<profile>/deps")
-        .to_path_buf()
-}
-
-fn built(p: PathBuf) -> PathBuf {
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo build --workspace --bins --examples` first",
-        p.display()
-    );
-    p
-}
-
-fn example(name: &str) -> PathBuf {
-    built(target_dir().join("examples").join(name))
-}
-
 fn run(launcher: &[&str], prog: &str, args: &[&str]) -> Output {
     let t = std::time::Instant::now();
-    let o = Command::new(built(target_dir().join("ibrun")))
+    let o = Command::new(ibrun())
         .args(["--timeout", "200"])
         .args(launcher)
         .arg(example(prog))
@@ -237,114 +212,18 @@ fn collectives_over_rdma_if_present() {
 
 // ---------------------------------------------------------------- peer death
 
-/// A minimal PMI-1 server (as in `multiprocess.rs`), so the survivor is not
-/// killed by a launcher when the victim dies.
-struct MiniPmi {
-    kvs: HashMap<String, String>,
-    barrier: Vec<UnixStream>,
-    size: usize,
-}
-
-fn serve(state: Arc<Mutex<MiniPmi>>, conn: UnixStream) {
-    let mut w = conn.try_clone().expect("clone");
-    let mut lines = BufReader::new(conn);
-    let mut line = String::new();
-    loop {
-        line.clear();
-        if lines.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
-        }
-        let kv: HashMap<&str, &str> = line
-            .split_whitespace()
-            .filter_map(|t| t.split_once('='))
-            .collect();
-        let reply = match kv.get("cmd").copied().unwrap_or("") {
-            "init" => "cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0\n".to_string(),
-            "get_maxes" => "cmd=maxes kvsname_max=256 keylen_max=64 vallen_max=1024\n".into(),
-            "get_my_kvsname" => "cmd=my_kvsname kvsname=kvs_test\n".into(),
-            "get_universe_size" => {
-                format!("cmd=universe_size size={}\n", state.lock().unwrap().size)
-            }
-            "get_appnum" => "cmd=appnum appnum=0\n".into(),
-            "put" => {
-                let (k, v) = (
-                    kv["key"].to_string(),
-                    kv.get("value").unwrap_or(&"").to_string(),
-                );
-                state.lock().unwrap().kvs.insert(k, v);
-                "cmd=put_result rc=0\n".into()
-            }
-            "get" => match state.lock().unwrap().kvs.get(kv["key"]) {
-                Some(v) => format!("cmd=get_result rc=0 value={v}\n"),
-                None => "cmd=get_result rc=-1 msg=not_found\n".into(),
-            },
-            "barrier_in" => {
-                let mut s = state.lock().unwrap();
-                s.barrier.push(w.try_clone().expect("clone"));
-                if s.barrier.len() == s.size {
-                    for mut b in s.barrier.drain(..) {
-                        let _ = b.write_all(b"cmd=barrier_out\n");
-                    }
-                }
-                continue;
-            }
-            "finalize" => "cmd=finalize_ack\n".into(),
-            _ => continue,
-        };
-        if w.write_all(reply.as_bytes()).is_err() {
-            return;
-        }
-    }
-}
-
 /// `peer_death` as 2 ranks on two virtual nodes over rdma; the victim
 /// SIGKILLs itself with a rendezvous send pending. Returns the survivor's
 /// output and how long it took.
 fn peer_death(extra_env: &[(&str, &str)]) -> (Output, f64) {
-    let size = 2;
-    let state = Arc::new(Mutex::new(MiniPmi {
-        kvs: HashMap::new(),
-        barrier: Vec::new(),
-        size,
-    }));
     let job = format!("rdmapd{}{}", std::process::id(), extra_env.len());
+    let mut env = vec![
+        ("IBCOLL_TRANSPORT", "rdma"),
+        ("IBCOLL_IB_DEVICE", "rxe0,rxe1"),
+    ];
+    env.extend_from_slice(extra_env);
     let t = std::time::Instant::now();
-    let mut children = Vec::new();
-    for rank in 0..size {
-        let (ours, theirs) = UnixStream::pair().expect("socketpair");
-        let st = state.clone();
-        std::thread::spawn(move || serve(st, ours));
-        let fd = theirs.as_raw_fd();
-        let mut cmd = Command::new(example("peer_death"));
-        cmd.env("PMI_FD", "3")
-            .env("PMI_RANK", rank.to_string())
-            .env("PMI_SIZE", size.to_string())
-            .env("IBCOLL_NODE_ID", rank.to_string())
-            .env("IBCOLL_LOCAL_RANK", "0")
-            .env("IBCOLL_LOCAL_SIZE", "1")
-            .env("IBCOLL_NUM_NODES", "2")
-            .env("IBCOLL_JOB_ID", &job)
-            .env("IBCOLL_TRANSPORT", "rdma")
-            .env("IBCOLL_IB_DEVICE", "rxe0,rxe1")
-            .env_remove("PMI_PORT")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        for (k, v) in extra_env {
-            cmd.env(k, v);
-        }
-        // SAFETY: between fork and exec only dup2 (async-signal-safe) runs;
-        // it gives the child our end of the socketpair as fd 3.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::dup2(fd, 3) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        children.push(cmd.spawn().expect("spawn peer_death"));
-        drop(theirs);
-    }
+    let mut children = start_without_launcher("peer_death", &[], &[0, 1], &job, &env, 300);
     let victim = children.pop().expect("victim");
     let survivor = children.pop().expect("survivor");
     let _ = victim.wait_with_output();
