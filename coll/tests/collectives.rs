@@ -12,24 +12,8 @@ mod common;
 use common::*;
 use std::process::{Command, Output};
 
-fn text(o: &Output) -> String {
-    format!(
-        "status: {:?}\n--- stdout\n{}--- stderr\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 fn coll_check(launcher: &[&str]) {
-    let o = Command::new(ibrun())
-        .args(["--timeout", "200"])
-        .args(launcher)
-        .arg(example("coll_check"))
-        .env_remove("IBCOLL_TRANSPORT")
-        .env_remove("IBCOLL_CMA")
-        .output()
-        .expect("spawn ibrun");
+    let o = run_job(200, launcher, "coll_check", &[]);
     let t = text(&o);
     assert!(o.status.success(), "{launcher:?} failed:\n{t}");
     for c in ibcoll::Collective::ALL {

@@ -10,36 +10,12 @@ mod common;
 use common::*;
 use std::process::{Command, Output};
 
-/// Runs `ibrun <launcher args> <example> <args>`.
 fn run(launcher: &[&str], prog: &str, args: &[&str]) -> Output {
-    Command::new(ibrun())
-        .args(["--timeout", "150"])
-        .args(launcher)
-        .arg(example(prog))
-        .args(args)
-        .env_remove("IBCOLL_TRANSPORT")
-        .env_remove("IBCOLL_CMA")
-        .output()
-        .expect("spawn ibrun")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status: {:?}\n--- stdout\n{}--- stderr\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    run_job(150, launcher, prog, args)
 }
 
 fn run_ok(launcher: &[&str], prog: &str, args: &[&str]) -> String {
-    let o = run(launcher, prog, args);
-    assert!(
-        o.status.success(),
-        "{launcher:?} {prog} {args:?} failed:\n{}",
-        text(&o)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
+    run_job_ok(150, launcher, prog, args)
 }
 
 // ---------------------------------------------------------------- ping-pong

@@ -12,7 +12,7 @@
 mod common;
 
 use common::*;
-use std::process::{Command, Output};
+use std::process::Output;
 
 const DEVICES: &str = "IBCOLL_IB_DEVICE=rxe0,rxe1";
 
@@ -28,40 +28,11 @@ fn have_rdma() -> bool {
 }
 
 fn run(launcher: &[&str], prog: &str, args: &[&str]) -> Output {
-    let t = std::time::Instant::now();
-    let o = Command::new(ibrun())
-        .args(["--timeout", "200"])
-        .args(launcher)
-        .arg(example(prog))
-        .args(args)
-        .env_remove("IBCOLL_TRANSPORT")
-        .env_remove("IBCOLL_IB_DEVICE")
-        .output()
-        .expect("spawn ibrun");
-    eprintln!(
-        "{launcher:?} {prog} {args:?}: {:.1} s",
-        t.elapsed().as_secs_f64()
-    );
-    o
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status: {:?}\n--- stdout\n{}--- stderr\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    run_job(200, launcher, prog, args)
 }
 
 fn run_ok(launcher: &[&str], prog: &str, args: &[&str]) -> String {
-    let o = run(launcher, prog, args);
-    assert!(
-        o.status.success(),
-        "{launcher:?} {prog} {args:?} failed:\n{}",
-        text(&o)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
+    run_job_ok(200, launcher, prog, args)
 }
 
 #[test]

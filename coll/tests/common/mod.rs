@@ -7,7 +7,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 
 use ibcoll_launcher::server::{Action, ConnId, PmiServer, ServerConfig};
@@ -36,6 +36,51 @@ pub fn ibrun() -> PathBuf {
 
 pub fn example(name: &str) -> PathBuf {
     built(target_dir().join("examples").join(name))
+}
+
+/// Runs `ibrun --timeout T <launcher args> <example prog> <args>`. The
+/// caller's own transport settings are cleared so that only what the test
+/// passes with `-x` applies; the timeout only turns a hang into a failure.
+pub fn run_job(timeout_s: u32, launcher: &[&str], prog: &str, args: &[&str]) -> Output {
+    let t = std::time::Instant::now();
+    let o = Command::new(ibrun())
+        .arg("--timeout")
+        .arg(timeout_s.to_string())
+        .args(launcher)
+        .arg(example(prog))
+        .args(args)
+        .env_remove("IBCOLL_TRANSPORT")
+        .env_remove("IBCOLL_CMA")
+        .env_remove("IBCOLL_IB_DEVICE")
+        .output()
+        .expect("spawn ibrun");
+    // Shown with --nocapture or on failure: how long each job took.
+    eprintln!(
+        "{launcher:?} {prog} {args:?}: {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    o
+}
+
+/// A job's status and output, for assertion messages.
+pub fn text(o: &Output) -> String {
+    format!(
+        "status: {:?}\n--- stdout\n{}--- stderr\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// [`run_job`] that must succeed; returns its stdout.
+pub fn run_job_ok(timeout_s: u32, launcher: &[&str], prog: &str, args: &[&str]) -> String {
+    let o = run_job(timeout_s, launcher, prog, args);
+    assert!(
+        o.status.success(),
+        "{launcher:?} {prog} {args:?} failed:\n{}",
+        text(&o)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 struct Shared {
