@@ -284,6 +284,33 @@ impl State {
         }
     }
 
+    /// A matched receive whose data now arrives as a stream of `wanted`
+    /// bytes from `peer`.
+    fn mark_streaming(
+        &mut self,
+        tok: Token,
+        peer: usize,
+        src: u32,
+        tag: i32,
+        msg_len: usize,
+        wanted: usize,
+    ) {
+        if let Some(Op {
+            kind: OpKind::Recv { stage, .. },
+            ..
+        }) = self.ops.get_mut(tok)
+        {
+            *stage = RecvStage::Streaming {
+                peer,
+                src,
+                tag,
+                msg_len,
+                wanted,
+                got: 0,
+            };
+        }
+    }
+
     /// A receive matched a rendezvous message: read it directly (CMA,
     /// memcpy for self) or ask for it to be streamed.
     #[allow(clippy::too_many_arguments)]
@@ -312,20 +339,7 @@ impl State {
                 // The channel copies in chunks between polls (so FINs and
                 // new RTSs are not held behind a long copy) and may split
                 // the copy with the sender.
-                if let Some(Op {
-                    kind: OpKind::Recv { stage, .. },
-                    ..
-                }) = self.ops.get_mut(tok)
-                {
-                    *stage = RecvStage::Streaming {
-                        peer,
-                        src,
-                        tag,
-                        msg_len,
-                        wanted,
-                        got: 0,
-                    };
-                }
+                self.mark_streaming(tok, peer, src, tag, msg_len, wanted);
                 self.actions.push_back(Action::CmaRead {
                     peer,
                     token: tok,
@@ -376,20 +390,7 @@ impl State {
                 op.result = Some(r);
             }
         } else {
-            if let Some(Op {
-                kind: OpKind::Recv { stage, .. },
-                ..
-            }) = self.ops.get_mut(tok)
-            {
-                *stage = RecvStage::Streaming {
-                    peer,
-                    src,
-                    tag,
-                    msg_len,
-                    wanted,
-                    got: 0,
-                };
-            }
+            self.mark_streaming(tok, peer, src, tag, msg_len, wanted);
             self.actions.push_back(Action::ExpectStream {
                 peer,
                 token: tok,
