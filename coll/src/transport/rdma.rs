@@ -132,6 +132,21 @@ pub(crate) fn device_for_node(value: Option<&str>, node_id: usize) -> Option<Str
     Some(list[node_id % list.len()].to_string())
 }
 
+/// The `IBCOLL_IB_*` choice for node `node_id`: one entry of a comma list
+/// in `IBCOLL_IB_DEVICE`, and `auto` meaning "let the verbs layer choose".
+fn selection_for_node(node_id: usize) -> Result<DeviceSelection, String> {
+    let env = |k: &str| std::env::var(k).ok();
+    let dev = device_for_node(env(ibcoll_rdma::device::ENV_DEVICE).as_deref(), node_id);
+    DeviceSelection::from_lookup(|k| {
+        if k == ibcoll_rdma::device::ENV_DEVICE {
+            dev.clone()
+        } else {
+            env(k).filter(|v| !v.trim().eq_ignore_ascii_case("auto"))
+        }
+    })
+    .map_err(|e| e.to_string())
+}
+
 /// What `ibcoll-info` reports: the device this process (as node
 /// `IBCOLL_NODE_ID`, default 0) would use, or why there is none.
 pub fn status() -> (bool, String) {
@@ -139,19 +154,7 @@ pub fn status() -> (bool, String) {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    let env = |k: &str| std::env::var(k).ok();
-    let dev = device_for_node(env(ibcoll_rdma::device::ENV_DEVICE).as_deref(), node);
-    let sel = DeviceSelection::from_lookup(|k| {
-        if k == ibcoll_rdma::device::ENV_DEVICE {
-            dev.clone()
-        } else {
-            env(k).filter(|v| !v.trim().eq_ignore_ascii_case("auto"))
-        }
-    });
-    let selected = match sel {
-        Ok(s) => s.select(),
-        Err(e) => Err(e),
-    };
+    let selected = selection_for_node(node).and_then(|s| s.select().map_err(|e| e.to_string()));
     match selected {
         Ok(p) => (
             true,
@@ -188,16 +191,7 @@ impl RdmaSetup {
     /// Opens this node's device and makes a QP for every peer in `peers`.
     /// The error says why rdma cannot be used here.
     pub fn new(cfg: &Config, node_id: usize, peers: &[usize]) -> Result<RdmaSetup, String> {
-        let env = |k: &str| std::env::var(k).ok();
-        let dev = device_for_node(env(ibcoll_rdma::device::ENV_DEVICE).as_deref(), node_id);
-        let sel = DeviceSelection::from_lookup(|k| {
-            if k == ibcoll_rdma::device::ENV_DEVICE {
-                dev.clone()
-            } else {
-                env(k).filter(|v| !v.trim().eq_ignore_ascii_case("auto"))
-            }
-        })
-        .map_err(|e| e.to_string())?;
+        let sel = selection_for_node(node_id)?;
         let port = sel.select().map_err(|e| e.to_string())?;
         let pd = ProtectionDomain::new(&port.context).map_err(|e| e.to_string())?;
         let comp = CompletionChannel::new(&port.context).map_err(|e| e.to_string())?;
