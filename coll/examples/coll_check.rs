@@ -483,7 +483,10 @@ fn all_algorithms(c: &Comm, quick: bool) {
         for alg in algs {
             ok!(c, force_algorithm(coll, Some(alg.name)), "force");
             for (i, &size) in sz.iter().enumerate() {
-                let form = match i % 4 {
+                // The fast path serves blocking calls only (nonblocking
+                // ones that force it run a schedule): test it blocking.
+                let k = if alg.is_shm() { i % 2 } else { i % 4 };
+                let form = match k {
                     0 => Form::Blocking,
                     1 => Form::InPlace,
                     2 => Form::Nonblocking,
@@ -498,7 +501,7 @@ fn all_algorithms(c: &Comm, quick: bool) {
                         "in place",
                         "nonblocking",
                         "nonblocking in place"
-                    ][i % 4]
+                    ][k]
                 );
                 one(c, coll, size, form, &what);
             }
@@ -724,7 +727,10 @@ fn concurrent(c: &Comm) {
     }
 }
 
-fn death(c: &Comm) {
+/// With `fast`, the collective that loses a member is a small blocking
+/// allreduce on the shared-memory fast path (the victim dies before
+/// publishing its part), else a 1 MiB schedule.
+fn death(c: &Comm, fast: bool) {
     let n = c.size();
     if n < 2 {
         fail(c, "death needs at least 2 ranks".into());
@@ -733,9 +739,16 @@ fn death(c: &Comm) {
     // With 2 ranks the survivor talks to the victim directly (ring); with 3,
     // recursive doubling has rank 0 talk only to rank 1, so rank 0 learns
     // of the death through the run's sentinel.
-    let alg = if n == 2 { "ring" } else { "recursive_doubling" };
-    let v = vec![1u8; 1 << 20];
-    let mut out = vec![0u8; 1 << 20];
+    let alg = if fast {
+        "shm"
+    } else if n == 2 {
+        "ring"
+    } else {
+        "recursive_doubling"
+    };
+    let len = if fast { 8 } else { 1 << 20 };
+    let v = vec![1u8; len];
+    let mut out = vec![0u8; len];
     ok!(
         c,
         c.allreduce(&v, &mut out, ReduceOp::Sum),
@@ -757,7 +770,15 @@ fn death(c: &Comm) {
         ok!(c, c.send(&[1u8], victim, 78), "ready");
     }
     if c.rank() == victim {
-        let _req = ok!(c, c.iallreduce(&v, &mut out, ReduceOp::Sum), "iallreduce");
+        let _req = if fast {
+            None
+        } else {
+            Some(ok!(
+                c,
+                c.iallreduce(&v, &mut out, ReduceOp::Sum),
+                "iallreduce"
+            ))
+        };
         // SAFETY: getpid has no preconditions; SIGKILL ends us here, in
         // the middle of the collective.
         unsafe {
@@ -791,7 +812,7 @@ fn death(c: &Comm) {
 /// whether an allreduce then works.
 fn select(c: &Comm) {
     for bytes in [8usize, 1 << 20] {
-        match ibcoll::select::choose(Collective::Allreduce, c.size(), 1, bytes) {
+        match ibcoll::select::choose(Collective::Allreduce, c.size(), 1, bytes, true) {
             Ok(ch) => println!(
                 "select: allreduce {bytes} -> {} seg {} window {}",
                 ch.algorithm, ch.segment_bytes, ch.window
@@ -814,7 +835,8 @@ fn main() {
     });
     let mode = std::env::args().nth(1).unwrap_or_else(|| "all".into());
     match mode.as_str() {
-        "death" => death(&c),
+        "death" => death(&c, false),
+        "death_shm" => death(&c, true),
         "select" => select(&c),
         "all" | "quick" => {
             all_algorithms(&c, mode == "quick");

@@ -40,11 +40,12 @@ use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::rc::Rc;
 
-use crate::algorithms::{find, node_groups, prefix, Args, Collective};
+use crate::algorithms::{find, node_groups, prefix, Args, Collective, SHM};
 use crate::comm::Comm;
 use crate::datatype::{as_bytes, as_bytes_mut, Datatype};
 use crate::engine::Engine;
 use crate::error::{Error, Op, Result};
+use crate::fastpath::{self, FastCall, FastIo};
 use crate::ops::{byte_reduce, ByteReduce, ReduceOp, Reducible};
 use crate::schedule::run::{self, Run, Wire};
 use crate::select;
@@ -143,12 +144,21 @@ impl Drop for CollRequest<'_> {
     }
 }
 
-/// Per-communicator collective state (by context id; ids are never reused).
+/// Per-communicator tag sequence (by context id; ids are never reused).
 #[derive(Default)]
 struct CommInfo {
     seq: u32,
-    /// Node of every rank, and the largest number of ranks on one node.
-    nodes: Option<(Rc<[usize]>, usize)>,
+}
+
+/// What a communicator's collectives learn about its group on first use.
+pub(crate) struct CollInfo {
+    /// Node of every rank.
+    nodes: Rc<[usize]>,
+    /// The largest number of ranks on one node.
+    ppn: usize,
+    /// Local rank of every member when the communicator qualifies for the
+    /// shared-memory fast paths (see `crate::fastpath::eligible`).
+    fast: Option<Rc<[usize]>>,
 }
 
 /// Hashes a context id as itself (no SipHash on every call).
@@ -190,6 +200,9 @@ struct Spec {
     root: usize,
     in_place: bool,
     canonical: bool,
+    /// Every block is `count` long at `i * count` (`counts` and friends
+    /// are made only when a schedule needs them).
+    uniform: bool,
     bytes: usize,
 }
 
@@ -206,18 +219,27 @@ impl Spec {
             root: 0,
             in_place: false,
             canonical: false,
+            uniform: false,
             bytes: count * esize,
         }
     }
 
-    fn uniform(mut self, n: usize) -> Spec {
-        self.counts = vec![self.count; n];
-        self.displs = (0..n).map(|i| i * self.count).collect();
-        self.rcounts = self.counts.clone();
-        self.rdispls = self.displs.clone();
+    fn uniform(mut self) -> Spec {
+        self.uniform = true;
         self.canonical = true;
         self
     }
+}
+
+/// One validated call, not yet selected: a blocking call may take the
+/// shared-memory fast path, a nonblocking one always runs a schedule.
+struct Call {
+    spec: Spec,
+    send: *const u8,
+    send_len: usize,
+    recv: *mut u8,
+    recv_len: usize,
+    reduce: Option<ByteReduce>,
 }
 
 impl Comm {
@@ -298,11 +320,12 @@ impl Comm {
         })
     }
 
-    /// The node of every rank of the communicator (exchanged on first use).
-    fn coll_nodes(&self) -> Result<(Rc<[usize]>, usize)> {
-        let ctx = self.ctx + 1;
-        if let Some(n) = COMMS.with(|m| m.borrow().get(&ctx).and_then(|i| i.nodes.clone())) {
-            return Ok(n);
+    /// The node of every rank of the communicator and the most ranks on
+    /// one node (exchanged on first use), and whether the communicator
+    /// qualifies for the shared-memory fast paths.
+    fn coll_info(&self) -> Result<&CollInfo> {
+        if let Some(i) = self.coll.get() {
+            return Ok(i);
         }
         let n = self.size();
         let nodes: Rc<[usize]> = if n == 1 {
@@ -310,9 +333,9 @@ impl Comm {
         } else {
             let mine = [self.node_id() as u64];
             let mut all = vec![0u64; n];
-            let spec = Spec::new(Collective::Allgather, 8, 1).uniform(n);
+            let spec = Spec::new(Collective::Allgather, 8, 1).uniform();
             let args = self.args(&spec, "ring", &[], 65536, 8);
-            let sched = (find(Collective::Allgather, "ring").map(|a| a.build))
+            let sched = (find(Collective::Allgather, "ring").and_then(|a| a.schedule()))
                 .map(|b| b(&args))
                 .unwrap_or_default();
             let tag = self.next_tag();
@@ -339,10 +362,8 @@ impl Comm {
             .map(|g| g.len())
             .max()
             .unwrap_or(1);
-        COMMS.with(|m| {
-            m.borrow_mut().entry(ctx).or_default().nodes = Some((nodes.clone(), ppn));
-        });
-        Ok((nodes, ppn))
+        let fast = fastpath::eligible(&self.eng.borrow(), &self.group).map(Into::into);
+        Ok(self.coll.get_or_init(|| CollInfo { nodes, ppn, fast }))
     }
 
     fn wire(&self, tag: i32) -> Wire {
@@ -356,16 +377,27 @@ impl Comm {
     }
 
     fn args(&self, s: &Spec, alg: &str, nodes: &[usize], seg_bytes: usize, window: usize) -> Args {
+        let n = self.size();
+        let (counts, displs) = if s.uniform {
+            (vec![s.count; n], (0..n).map(|i| i * s.count).collect())
+        } else {
+            (s.counts.clone(), s.displs.clone())
+        };
+        let (rcounts, rdispls) = if s.uniform {
+            (counts.clone(), displs.clone())
+        } else {
+            (s.rcounts.clone(), s.rdispls.clone())
+        };
         Args {
             rank: self.rank(),
-            size: self.size(),
+            size: n,
             root: s.root,
             esize: s.esize,
             count: s.count,
-            counts: s.counts.clone(),
-            displs: s.displs.clone(),
-            rcounts: s.rcounts.clone(),
-            rdispls: s.rdispls.clone(),
+            counts,
+            displs,
+            rcounts,
+            rdispls,
             in_place: s.in_place,
             // Only the node-aware algorithm looks at placement.
             nodes: if alg == "node_aware" {
@@ -379,46 +411,99 @@ impl Comm {
         }
     }
 
-    /// Selects, builds and prepares the run of one call.
+    /// Packs one validated call. The caller keeps `send` and `recv`
+    /// borrowed until the call is done (the blocking call's frame or the
+    /// `CollRequest`'s `'a`).
     fn prepare(
         &self,
-        s: Spec,
+        spec: Spec,
         send: &[u8],
         recv: &mut [u8],
         reduce: Option<ByteReduce>,
-    ) -> Result<Run> {
-        let (nodes, ppn) = self.coll_nodes()?;
-        let choice = select::choose(s.coll, self.size(), ppn, s.bytes)
-            .map_err(|e| e.with_op(Op::Collective(s.coll)))?;
+    ) -> Result<Call> {
+        Ok(Call {
+            spec,
+            send: send.as_ptr(),
+            send_len: send.len(),
+            recv: recv.as_mut_ptr(),
+            recv_len: recv.len(),
+            reduce,
+        })
+    }
+
+    /// Builds the schedule run of `c` with algorithm `choice`.
+    fn build(&self, c: Call, choice: select::Choice, nodes: &[usize]) -> Result<Run> {
+        let s = &c.spec;
         let alg = find(s.coll, choice.algorithm)
-            .ok_or_else(|| self.coll_err(s.coll, format!("no algorithm {}", choice.algorithm)))?;
-        let args = self.args(&s, alg.name, &nodes, choice.segment_bytes, choice.window);
-        let sched = (alg.build)(&args);
+            .and_then(|a| a.schedule().map(|b| (a.name, b)))
+            .ok_or_else(|| self.coll_err(s.coll, format!("no schedule {}", choice.algorithm)))?;
+        let args = self.args(s, alg.0, nodes, choice.segment_bytes, choice.window);
+        let sched = (alg.1)(&args);
         let tag = self.next_tag();
-        // SAFETY: the caller keeps `send` and `recv` borrowed until the run
-        // is done (the blocking call's frame or the CollRequest's 'a).
+        // SAFETY: the caller of `prepare` keeps the buffers borrowed until
+        // the run is done.
         unsafe {
             Run::new(
                 sched,
-                send.as_ptr(),
-                send.len(),
-                recv.as_mut_ptr(),
-                recv.len(),
-                reduce,
+                c.send,
+                c.send_len,
+                c.recv,
+                c.recv_len,
+                c.reduce,
                 self.wire(tag),
                 Op::Collective(s.coll),
             )
         }
     }
 
-    fn block(&self, r: Result<Run>) -> Result<()> {
-        let mut r = r?;
+    fn block(&self, c: Result<Call>) -> Result<()> {
+        let c = c?;
+        let info = self.coll_info()?;
+        let s = &c.spec;
+        let op = Op::Collective(s.coll);
+        let io = FastIo {
+            rank: self.world_rank(self.rank()).unwrap_or(0),
+            op,
+            esize: s.esize,
+            count: s.count,
+            counts: &s.counts,
+            displs: &s.displs,
+            root: s.root,
+            in_place: s.in_place,
+            send: c.send,
+            send_len: c.send_len,
+            recv: c.recv,
+            recv_len: c.recv_len,
+            reduce: c.reduce.as_ref(),
+        };
+        let fast_ok = info.fast.is_some()
+            && fastpath::bytes_needed(s.coll, &io, self.size())
+                .is_some_and(|b| b <= self.eng.borrow().cfg.shm_coll_bytes);
+        let choice = select::choose(s.coll, self.size(), info.ppn, s.bytes, fast_ok)
+            .map_err(|e| e.with_op(op))?;
+        if choice.algorithm == SHM {
+            if let Some(locals) = &info.fast {
+                let mut e = self.eng.borrow_mut();
+                if let Some(node) = e.node.clone() {
+                    if let Some(area) = FastCall::area(&e, &node) {
+                        let mut f =
+                            FastCall::begin(&mut e, area, self.rank(), locals, &self.group, op);
+                        return fastpath::run(s.coll, &mut f, &io).map_err(|x| x.with_op(op));
+                    }
+                }
+            }
+        }
+        let mut r = self.build(c, choice, &info.nodes)?;
         let mut e = self.eng.borrow_mut();
         run::run_blocking(&mut e, &mut r)
     }
 
-    fn nonblock<'a>(&self, r: Result<Run>) -> Result<CollRequest<'a>> {
-        let r = Rc::new(RefCell::new(r?));
+    fn nonblock<'a>(&self, c: Result<Call>) -> Result<CollRequest<'a>> {
+        let c = c?;
+        let info = self.coll_info()?;
+        let choice = select::choose(c.spec.coll, self.size(), info.ppn, c.spec.bytes, false)
+            .map_err(|e| e.with_op(Op::Collective(c.spec.coll)))?;
+        let r = Rc::new(RefCell::new(self.build(c, choice, &info.nodes)?));
         {
             let mut e = self.eng.borrow_mut();
             r.borrow_mut().step(&mut e);
@@ -440,7 +525,7 @@ impl Comm {
 
     // ------------------------------------------------------------ barrier
 
-    fn barrier_run(&self) -> Result<Run> {
+    fn barrier_run(&self) -> Result<Call> {
         let s = Spec::new(Collective::Barrier, 1, 0);
         self.prepare(s, &[], &mut [], None)
     }
@@ -457,7 +542,7 @@ impl Comm {
 
     // ------------------------------------------------------------ bcast
 
-    fn bcast_run<T: Datatype>(&self, buf: &mut [T], root: usize) -> Result<Run> {
+    fn bcast_run<T: Datatype>(&self, buf: &mut [T], root: usize) -> Result<Call> {
         self.check_root(Collective::Bcast, root)?;
         let mut s = Spec::new(Collective::Bcast, std::mem::size_of::<T>(), buf.len());
         s.root = root;
@@ -487,7 +572,7 @@ impl Comm {
         recv: &mut [T],
         op: ReduceOp<T>,
         root: usize,
-    ) -> Result<Run> {
+    ) -> Result<Call> {
         self.check_op(c, &op)?;
         let esize = std::mem::size_of::<T>();
         let count = send.map_or(recv.len(), |s| s.len());
@@ -633,7 +718,7 @@ impl Comm {
         recv: &mut [T],
         counts: Vec<usize>,
         op: ReduceOp<T>,
-    ) -> Result<Run> {
+    ) -> Result<Call> {
         self.check_op(c, &op)?;
         let n = self.size();
         if counts.len() != n {
@@ -765,7 +850,7 @@ impl Comm {
         send: Option<&[T]>,
         recv: &mut [T],
         root: usize,
-    ) -> Result<Run> {
+    ) -> Result<Call> {
         let c = Collective::Gather;
         self.check_root(c, root)?;
         let n = self.size();
@@ -807,7 +892,7 @@ impl Comm {
                 ),
             ));
         }
-        let mut s = Spec::new(c, std::mem::size_of::<T>(), count).uniform(n);
+        let mut s = Spec::new(c, std::mem::size_of::<T>(), count).uniform();
         s.root = root;
         s.in_place = send.is_none() && me == root;
         self.prepare(s, send_b, recv_b, None)
@@ -842,7 +927,7 @@ impl Comm {
         counts: &[usize],
         displs: &[usize],
         root: usize,
-    ) -> Result<Run> {
+    ) -> Result<Call> {
         let c = Collective::Gatherv;
         self.check_root(c, root)?;
         let n = self.size();
@@ -904,7 +989,7 @@ impl Comm {
         send: Option<&[T]>,
         recv: &mut [T],
         root: usize,
-    ) -> Result<Run> {
+    ) -> Result<Call> {
         let c = Collective::Scatter;
         self.check_root(c, root)?;
         let n = self.size();
@@ -942,7 +1027,7 @@ impl Comm {
             }
             None => (recv.len(), &[], as_bytes_mut(recv)),
         };
-        let mut s = Spec::new(c, esize, count).uniform(n);
+        let mut s = Spec::new(c, esize, count).uniform();
         s.root = root;
         s.in_place = send.is_none() && me == root;
         self.prepare(s, send_b, recv_b, None)
@@ -977,7 +1062,7 @@ impl Comm {
         displs: &[usize],
         recv: &mut [T],
         root: usize,
-    ) -> Result<Run> {
+    ) -> Result<Call> {
         let c = Collective::Scatterv;
         self.check_root(c, root)?;
         let n = self.size();
@@ -1036,7 +1121,7 @@ impl Comm {
 
     // ------------------------------------------------------------ allgather / alltoall
 
-    fn allgather_run<T: Datatype>(&self, send: Option<&[T]>, recv: &mut [T]) -> Result<Run> {
+    fn allgather_run<T: Datatype>(&self, send: Option<&[T]>, recv: &mut [T]) -> Result<Call> {
         let c = Collective::Allgather;
         let n = self.size();
         let count = match send {
@@ -1063,7 +1148,7 @@ impl Comm {
                 ),
             ));
         }
-        let mut s = Spec::new(c, std::mem::size_of::<T>(), count).uniform(n);
+        let mut s = Spec::new(c, std::mem::size_of::<T>(), count).uniform();
         s.in_place = send.is_none();
         self.prepare(s, send.map_or(&[][..], as_bytes), as_bytes_mut(recv), None)
     }
@@ -1094,7 +1179,7 @@ impl Comm {
         recv: &mut [T],
         counts: &[usize],
         displs: &[usize],
-    ) -> Result<Run> {
+    ) -> Result<Call> {
         let c = Collective::Allgatherv;
         let n = self.size();
         self.check_layout(c, "receive", counts, displs, recv.len())?;
@@ -1153,7 +1238,7 @@ impl Comm {
         self.nonblock(self.allgatherv_run(Some(send), recv, counts, displs))
     }
 
-    fn alltoall_run<T: Datatype>(&self, send: &[T], recv: &mut [T]) -> Result<Run> {
+    fn alltoall_run<T: Datatype>(&self, send: &[T], recv: &mut [T]) -> Result<Call> {
         let c = Collective::Alltoall;
         let n = self.size();
         if send.len() != recv.len() || send.len() % n != 0 {
@@ -1166,7 +1251,7 @@ impl Comm {
                 ),
             ));
         }
-        let s = Spec::new(c, std::mem::size_of::<T>(), send.len() / n).uniform(n);
+        let s = Spec::new(c, std::mem::size_of::<T>(), send.len() / n).uniform();
         self.prepare(s, as_bytes(send), as_bytes_mut(recv), None)
     }
 
@@ -1200,7 +1285,7 @@ impl Comm {
         recv: &mut [T],
         rcounts: &[usize],
         rdispls: &[usize],
-    ) -> Result<Run> {
+    ) -> Result<Call> {
         let c = Collective::Alltoallv;
         self.check_layout(c, "send", scounts, sdispls, send.len())?;
         self.check_layout(c, "receive", rcounts, rdispls, recv.len())?;

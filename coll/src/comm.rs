@@ -29,6 +29,9 @@ pub struct Comm {
     rank: usize,
     /// World rank of each member.
     pub(crate) group: Rc<[usize]>,
+    /// What the collectives learned about the group on first use (see
+    /// `collectives.rs`).
+    pub(crate) coll: std::cell::OnceCell<crate::collectives::CollInfo>,
 }
 
 impl std::fmt::Debug for Comm {
@@ -50,6 +53,7 @@ impl Comm {
             ctx: 0,
             rank,
             group: (0..size).collect::<Vec<_>>().into(),
+            coll: Default::default(),
         }
     }
 
@@ -405,6 +409,7 @@ impl Comm {
             ctx,
             rank,
             group,
+            coll: Default::default(),
         }))
     }
 

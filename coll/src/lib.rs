@@ -24,6 +24,7 @@ pub mod config;
 pub mod datatype;
 pub(crate) mod engine;
 pub mod error;
+pub(crate) mod fastpath;
 pub mod ops;
 pub mod request;
 pub mod schedule;

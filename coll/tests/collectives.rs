@@ -148,18 +148,22 @@ fn algorithm_forced_by_environment_and_tuning_file() {
 
 // ---------------------------------------------------------------- peer death
 
-/// Starts `coll_check death` as `size` ranks on one node (shm) or one node
+/// Starts `coll_check MODE` (death, death_shm) as `size` ranks on one node (shm) or one node
 /// per rank (tcp) under the mini PMI server; the last rank dies in the
 /// middle of an allreduce. Returns (survivors' outputs, victim status). A
 /// watchdog kills everything after 120 s, so a hang becomes a failure.
-fn death_direct(size: usize, two_nodes: bool) -> (Vec<Output>, std::process::ExitStatus) {
+fn death_direct(
+    size: usize,
+    two_nodes: bool,
+    mode: &str,
+) -> (Vec<Output>, std::process::ExitStatus) {
     let job = format!(
         "cdtest{}{}{size}",
         std::process::id(),
         if two_nodes { "t" } else { "s" }
     );
     let nodes: Vec<usize> = (0..size).map(|r| if two_nodes { r } else { 0 }).collect();
-    let mut children = start_without_launcher("coll_check", &["death"], &nodes, &job, &[], 120);
+    let mut children = start_without_launcher("coll_check", &[mode], &nodes, &job, &[], 120);
     let victim = children.pop().expect("victim");
     // Reap the victim at once: a zombie still counts as alive.
     let victim_status = victim.wait_with_output().expect("wait victim").status;
@@ -172,8 +176,12 @@ fn death_direct(size: usize, two_nodes: bool) -> (Vec<Output>, std::process::Exi
 }
 
 fn check_survivors(size: usize, two_nodes: bool) {
+    check_survivors_of(size, two_nodes, "death");
+}
+
+fn check_survivors_of(size: usize, two_nodes: bool, mode: &str) {
     use std::os::unix::process::ExitStatusExt;
-    let (outs, victim) = death_direct(size, two_nodes);
+    let (outs, victim) = death_direct(size, two_nodes, mode);
     assert_eq!(victim.signal(), Some(libc::SIGKILL), "victim: {victim:?}");
     for out in outs {
         let o = text(&out);
@@ -189,6 +197,14 @@ fn check_survivors(size: usize, two_nodes: bool) {
 #[test]
 fn rank_death_mid_collective_over_shm_is_an_error() {
     check_survivors(2, false);
+}
+
+/// The victim dies before publishing its part of a fast-path allreduce:
+/// the survivors, waiting on its slot, learn it from the liveness check.
+#[test]
+fn rank_death_in_shm_fast_path_is_an_error() {
+    check_survivors_of(2, false, "death_shm");
+    check_survivors_of(3, false, "death_shm");
 }
 
 #[test]

@@ -6,7 +6,7 @@
 //! ([`ring`]), one futex doorbell per rank for blocking waits ([`doorbell`]),
 //! one pid slot per rank (and, for ranks that also block in `poll(2)`, a wake-up
 //! FIFO: [`wake`]), optional pipelined-copy areas ([`pipeline`]) and a
-//! free `extra` area for collective fast paths. Large messages move with one
+//! free `extra` area, which fast paths use as publication slots ([`slots`]). Large messages move with one
 //! copy through `process_vm_readv`/`process_vm_writev` ([`cma`]) when the
 //! kernel permits it, and through the pipeline areas otherwise.
 //!
@@ -24,6 +24,7 @@ pub mod pipeline;
 pub mod ring;
 pub mod rndv;
 pub mod segment;
+pub mod slots;
 pub mod wake;
 
 pub use cma::{allow_peer_access, cma_probe, cma_read, cma_write, pid_alive};
@@ -36,4 +37,5 @@ pub use pipeline::{PipeReceiver, PipeSender};
 pub use ring::{RecordRef, RingConsumer, RingProducer};
 pub use rndv::{ClaimSlot, CLAIM_SLOTS};
 pub use segment::{cleanup_job, segment_name, Segment, SHM_DIR};
+pub use slots::{SlotArea, SlotHeader, SLOT_BUFFERS, SLOT_HEADER};
 pub use wake::{wake_path, WakeFifo, WakeWriter};

@@ -195,16 +195,55 @@ impl Args {
 /// Builds one rank's schedule.
 pub type BuildFn = fn(&Args) -> Schedule;
 
+/// How an algorithm runs.
+#[derive(Debug, Clone, Copy)]
+pub enum Kind {
+    /// A schedule of messages, built by this function (any communicator,
+    /// blocking or not; the simulator runs these).
+    Schedule(BuildFn),
+    /// The shared-memory fast path (`<collective>/shm.rs`, run by
+    /// `crate::fastpath`): blocking calls on a communicator that holds
+    /// every rank of one node, with data that fits the publication slots.
+    /// Other calls that select it take the best schedule instead.
+    Shm,
+}
+
 /// A named algorithm.
 #[derive(Debug, Clone, Copy)]
 pub struct Algorithm {
     pub name: &'static str,
-    pub build: BuildFn,
+    pub kind: Kind,
+}
+
+impl Algorithm {
+    /// The schedule builder, unless this is the shared-memory fast path.
+    pub fn schedule(&self) -> Option<BuildFn> {
+        match self.kind {
+            Kind::Schedule(b) => Some(b),
+            Kind::Shm => None,
+        }
+    }
+
+    /// Whether this is the shared-memory fast path.
+    pub fn is_shm(&self) -> bool {
+        matches!(self.kind, Kind::Shm)
+    }
 }
 
 const fn alg(name: &'static str, build: BuildFn) -> Algorithm {
-    Algorithm { name, build }
+    Algorithm {
+        name,
+        kind: Kind::Schedule(build),
+    }
 }
+
+/// Name of the shared-memory fast path in every collective that has one.
+pub const SHM: &str = "shm";
+
+const SHM_ALG: Algorithm = Algorithm {
+    name: SHM,
+    kind: Kind::Shm,
+};
 
 /// Every algorithm of `c`.
 pub fn algorithms(c: Collective) -> &'static [Algorithm] {
@@ -213,6 +252,7 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
             const L: &[Algorithm] = &[
                 alg("dissemination", barrier::dissemination::build),
                 alg("tree", barrier::tree::build),
+                SHM_ALG,
             ];
             L
         }
@@ -221,6 +261,7 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
                 alg("binomial", bcast::binomial::build),
                 alg("scatter_allgather", bcast::scatter_allgather::build),
                 alg("chain", bcast::chain::build),
+                SHM_ALG,
             ];
             L
         }
@@ -231,6 +272,7 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
                     "reduce_scatter_gather",
                     reduce::reduce_scatter_gather::build,
                 ),
+                SHM_ALG,
             ];
             L
         }
@@ -240,6 +282,7 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
                 alg("ring", allreduce::ring::build),
                 alg("rabenseifner", allreduce::rabenseifner::build),
                 alg("node_aware", allreduce::node_aware::build),
+                SHM_ALG,
             ];
             L
         }
@@ -247,6 +290,7 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
             const L: &[Algorithm] = &[
                 alg("binomial", gather::binomial::build),
                 alg("linear", gather::linear::build),
+                SHM_ALG,
             ];
             L
         }
@@ -258,6 +302,7 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
             const L: &[Algorithm] = &[
                 alg("binomial", scatter::binomial::build),
                 alg("linear", scatter::linear::build),
+                SHM_ALG,
             ];
             L
         }
@@ -270,6 +315,7 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
                 alg("ring", allgather::ring::build),
                 alg("recursive_doubling", allgather::recursive_doubling::build),
                 alg("bruck", allgather::bruck::build),
+                SHM_ALG,
             ];
             L
         }
@@ -278,6 +324,7 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
                 alg("pairwise", alltoall::pairwise::build),
                 alg("bruck", alltoall::bruck::build),
                 alg("linear", alltoall::linear::build),
+                SHM_ALG,
             ];
             L
         }
@@ -295,18 +342,22 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
                     "recursive_halving",
                     reduce_scatter::recursive_halving::build,
                 ),
+                SHM_ALG,
             ];
             L
         }
         Collective::Scan => {
-            const L: &[Algorithm] = &[alg("recursive_doubling", scan::recursive_doubling::build)];
+            const L: &[Algorithm] = &[
+                alg("recursive_doubling", scan::recursive_doubling::build),
+                SHM_ALG,
+            ];
             L
         }
         Collective::Exscan => {
-            const L: &[Algorithm] = &[alg(
-                "recursive_doubling",
-                scan::recursive_doubling::build_exscan,
-            )];
+            const L: &[Algorithm] = &[
+                alg("recursive_doubling", scan::recursive_doubling::build_exscan),
+                SHM_ALG,
+            ];
             L
         }
     }

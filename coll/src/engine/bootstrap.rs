@@ -191,7 +191,11 @@ impl Engine {
                 cfg.pipe_slots
             },
             pipe_chunk: cfg.pipe_chunk,
-            extra_bytes: 0,
+            extra_bytes: if cfg.shm_coll_bytes > 0 {
+                ibcoll_shm::SlotArea::bytes_needed(local_size, cfg.shm_coll_bytes)
+            } else {
+                0
+            },
         })
         .map_err(|e| shm_err(rank, e))?;
         let seg_name = ibcoll_shm::segment_name(pmi.job_id(), node_id);
@@ -458,6 +462,7 @@ impl Engine {
             last_liveness: Instant::now(),
             any_failed: false,
             wake: None,
+            fast: crate::fastpath::SeqState::new(local_size),
         })
     }
 }

@@ -596,6 +596,9 @@ pub(crate) struct Engine {
     /// shm and socket/rdma peers (`Err` once making it failed: such a rank
     /// falls back to bounded doorbell sleeps).
     pub(crate) wake: Option<std::result::Result<ibcoll_shm::WakeFifo, ()>>,
+    /// Shared-memory collective fast paths: their sequence and what was
+    /// seen of the other local ranks (see `crate::fastpath`).
+    pub(crate) fast: crate::fastpath::SeqState,
 }
 
 impl Engine {

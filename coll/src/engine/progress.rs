@@ -93,7 +93,7 @@ impl Engine {
                 self.maybe_check_liveness();
                 continue;
             }
-            self.block();
+            self.block(&mut done);
             self.maybe_check_liveness();
         }
     }
@@ -102,8 +102,11 @@ impl Engine {
         self.tcp_peers.iter().any(|&p| self.chans[p].has_backlog())
     }
 
-    /// Blocks until something may have happened (bounded).
-    fn block(&mut self) {
+    /// Blocks until something may have happened (bounded). `done` is
+    /// re-checked after announcing sleep, so a condition that is not an
+    /// operation (a fast path's shared-memory flag, whose writer rings the
+    /// doorbell) cannot be missed.
+    fn block(&mut self, done: &mut impl FnMut(&Engine) -> bool) {
         let shm = !self.shm_peers.is_empty();
         // rdma completions wake the same poll(2) as the sockets.
         let tcp = !self.tcp_peers.is_empty() || !self.rdma_peers.is_empty();
@@ -142,7 +145,7 @@ impl Engine {
                     // announced it on the doorbell.
                     let bell = node.doorbell(me);
                     bell.begin_polling();
-                    if self.progress() == 0 {
+                    if self.progress() == 0 && !done(self) {
                         let backlog = self.tcp_backlog();
                         self.poll_sockets(block, backlog);
                     }
@@ -150,7 +153,8 @@ impl Engine {
                     return;
                 }
             }
-            node.doorbell(me).sleep(|| self.progress() > 0, timeout);
+            node.doorbell(me)
+                .sleep(|| self.progress() > 0 || done(self), timeout);
         } else if tcp {
             let backlog = self.tcp_backlog();
             self.poll_sockets(self.cfg.block, backlog);

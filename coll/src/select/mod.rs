@@ -34,7 +34,7 @@ pub mod json;
 
 use std::cell::RefCell;
 
-use crate::algorithms::{algorithms, find, Collective};
+use crate::algorithms::{algorithms, find, Collective, SHM};
 use crate::error::{Error, Result};
 use json::Value;
 
@@ -101,74 +101,108 @@ impl Table {
         let k = 1024;
         let mut multi = rule(Allreduce, ANY, ANY, ANY, "node_aware");
         multi.min_nodes = 2;
-        Table {
-            rules: vec![
-                rule(Barrier, ANY, ANY, ANY, "dissemination"),
-                // Binomial up to 512 KiB on 4 ranks; scatter+allgather
-                // wins for larger groups (fewer bytes through the root).
-                rule(Bcast, ANY, ANY, 64 * k, "binomial"),
-                rule(Bcast, 8, ANY, ANY, "binomial"),
-                rule(Bcast, ANY, ANY, ANY, "scatter_allgather"),
-                // Binomial 1.4-4.9 us vs 27-33 us up to 8 KiB; from 32 KiB
-                // reduce-scatter + gather (33 vs 105 us; 353 vs 1601 us at
-                // 512 KiB).
-                rule(Reduce, ANY, ANY, 16 * k, "binomial"),
-                rule(Reduce, ANY, ANY, ANY, "reduce_scatter_gather"),
-                // One rank per node: by size. Several nodes with several
-                // ranks each: node-aware (1.1 ms like recursive doubling
-                // for small vectors over 2 virtual nodes, 7.3 ms vs 8.9
-                // (Rabenseifner) and 18 (recursive doubling) at 1 MiB).
-                rule(Allreduce, ANY, 1, 32 * k, "recursive_doubling"),
-                rule(Allreduce, 8, 1, 512 * k, "ring"),
-                rule(Allreduce, ANY, 1, ANY, "rabenseifner"),
-                multi,
-                // One node: recursive doubling up to 32 KiB (0.5-2.5 us on
-                // 2 ranks, 6-17 us on 4), ring at 64-512 KiB on few ranks
-                // (3.9 vs 11.5 us at 64 KiB on 2; 48 vs 85-126 us at
-                // 128 KiB on 4), Rabenseifner beyond.
-                rule(Allreduce, ANY, ANY, 32 * k, "recursive_doubling"),
-                rule(Allreduce, 8, ANY, 512 * k, "ring"),
-                rule(Allreduce, ANY, ANY, ANY, "rabenseifner"),
-                // Linear gather/scatter beat binomial on few ranks (the
-                // root posts everything at once); binomial for many ranks
-                // and small blocks.
-                rule(Gather, 15, ANY, ANY, "linear"),
-                rule(Gather, ANY, ANY, 2 * k, "binomial"),
-                rule(Gather, ANY, ANY, ANY, "linear"),
-                rule(Gatherv, ANY, ANY, ANY, "linear"),
-                rule(Scatter, 15, ANY, ANY, "linear"),
-                rule(Scatter, ANY, ANY, 2 * k, "binomial"),
-                rule(Scatter, ANY, ANY, ANY, "linear"),
-                rule(Scatterv, ANY, ANY, ANY, "linear"),
-                // Recursive doubling for small blocks, ring from 32 KiB
-                // (28 vs 63 us; Bruck's extra copies cost 93 us).
-                rule(Allgather, ANY, ANY, 8 * k, "recursive_doubling"),
-                rule(Allgather, ANY, ANY, ANY, "ring"),
-                rule(Allgatherv, ANY, ANY, 8 * k, "bruck"),
-                rule(Allgatherv, ANY, ANY, ANY, "ring"),
-                // Bruck for tiny blocks (9-16 us vs 10-30), linear with a
-                // window from there (13-617 us vs 19-2115 pairwise).
-                rule(Alltoall, ANY, ANY, k, "bruck"),
-                rule(Alltoall, ANY, ANY, ANY, "linear"),
-                rule(Alltoallv, ANY, ANY, ANY, "linear"),
-                // Recursive halving up to 8 KiB, ring from 32 KiB (120 vs
-                // 112 us, then 302 vs 1353 us at 128 KiB).
-                rule(ReduceScatter, ANY, ANY, 8 * k, "recursive_halving"),
-                rule(ReduceScatter, ANY, ANY, ANY, "ring"),
-                rule(ReduceScatterBlock, ANY, ANY, 8 * k, "recursive_halving"),
-                rule(ReduceScatterBlock, ANY, ANY, ANY, "ring"),
-                rule(Scan, ANY, ANY, ANY, "recursive_doubling"),
-                rule(Exscan, ANY, ANY, ANY, "recursive_doubling"),
-            ],
-        }
+        // The shared-memory fast paths come first; they apply only to
+        // blocking calls on a communicator that is one whole node (see
+        // `crate::fastpath`), others fall through to the schedules below.
+        let mut rules: Vec<Rule> = [
+            Barrier,
+            Bcast,
+            Reduce,
+            Allreduce,
+            Gather,
+            Scatter,
+            Allgather,
+            Allgatherv,
+            Alltoall,
+            ReduceScatter,
+            ReduceScatterBlock,
+            Scan,
+            Exscan,
+        ]
+        .into_iter()
+        .map(|c| rule(c, 64, ANY, 8 * k, SHM))
+        .collect();
+        rules.extend([
+            rule(Barrier, ANY, ANY, ANY, "dissemination"),
+            // Binomial up to 512 KiB on 4 ranks; scatter+allgather
+            // wins for larger groups (fewer bytes through the root).
+            rule(Bcast, ANY, ANY, 64 * k, "binomial"),
+            rule(Bcast, 8, ANY, ANY, "binomial"),
+            rule(Bcast, ANY, ANY, ANY, "scatter_allgather"),
+            // Binomial 1.4-4.9 us vs 27-33 us up to 8 KiB; from 32 KiB
+            // reduce-scatter + gather (33 vs 105 us; 353 vs 1601 us at
+            // 512 KiB).
+            rule(Reduce, ANY, ANY, 16 * k, "binomial"),
+            rule(Reduce, ANY, ANY, ANY, "reduce_scatter_gather"),
+            // One rank per node: by size. Several nodes with several
+            // ranks each: node-aware (1.1 ms like recursive doubling
+            // for small vectors over 2 virtual nodes, 7.3 ms vs 8.9
+            // (Rabenseifner) and 18 (recursive doubling) at 1 MiB).
+            rule(Allreduce, ANY, 1, 32 * k, "recursive_doubling"),
+            rule(Allreduce, 8, 1, 512 * k, "ring"),
+            rule(Allreduce, ANY, 1, ANY, "rabenseifner"),
+            multi,
+            // One node: recursive doubling up to 32 KiB (0.5-2.5 us on
+            // 2 ranks, 6-17 us on 4), ring at 64-512 KiB on few ranks
+            // (3.9 vs 11.5 us at 64 KiB on 2; 48 vs 85-126 us at
+            // 128 KiB on 4), Rabenseifner beyond.
+            rule(Allreduce, ANY, ANY, 32 * k, "recursive_doubling"),
+            rule(Allreduce, 8, ANY, 512 * k, "ring"),
+            rule(Allreduce, ANY, ANY, ANY, "rabenseifner"),
+            // Linear gather/scatter beat binomial on few ranks (the
+            // root posts everything at once); binomial for many ranks
+            // and small blocks.
+            rule(Gather, 15, ANY, ANY, "linear"),
+            rule(Gather, ANY, ANY, 2 * k, "binomial"),
+            rule(Gather, ANY, ANY, ANY, "linear"),
+            rule(Gatherv, ANY, ANY, ANY, "linear"),
+            rule(Scatter, 15, ANY, ANY, "linear"),
+            rule(Scatter, ANY, ANY, 2 * k, "binomial"),
+            rule(Scatter, ANY, ANY, ANY, "linear"),
+            rule(Scatterv, ANY, ANY, ANY, "linear"),
+            // Recursive doubling for small blocks, ring from 32 KiB
+            // (28 vs 63 us; Bruck's extra copies cost 93 us).
+            rule(Allgather, ANY, ANY, 8 * k, "recursive_doubling"),
+            rule(Allgather, ANY, ANY, ANY, "ring"),
+            rule(Allgatherv, ANY, ANY, 8 * k, "bruck"),
+            rule(Allgatherv, ANY, ANY, ANY, "ring"),
+            // Bruck for tiny blocks (9-16 us vs 10-30), linear with a
+            // window from there (13-617 us vs 19-2115 pairwise).
+            rule(Alltoall, ANY, ANY, k, "bruck"),
+            rule(Alltoall, ANY, ANY, ANY, "linear"),
+            rule(Alltoallv, ANY, ANY, ANY, "linear"),
+            // Recursive halving up to 8 KiB, ring from 32 KiB (120 vs
+            // 112 us, then 302 vs 1353 us at 128 KiB).
+            rule(ReduceScatter, ANY, ANY, 8 * k, "recursive_halving"),
+            rule(ReduceScatter, ANY, ANY, ANY, "ring"),
+            rule(ReduceScatterBlock, ANY, ANY, 8 * k, "recursive_halving"),
+            rule(ReduceScatterBlock, ANY, ANY, ANY, "ring"),
+            rule(Scan, ANY, ANY, ANY, "recursive_doubling"),
+            rule(Exscan, ANY, ANY, ANY, "recursive_doubling"),
+        ]);
+        Table { rules }
     }
 
     /// The first rule matching the key.
     pub fn lookup(&self, c: Collective, size: usize, ppn: usize, bytes: usize) -> Option<Choice> {
+        self.lookup_where(c, size, ppn, bytes, true)
+    }
+
+    /// The first rule matching the key, skipping the shared-memory fast
+    /// path unless `fast_ok`.
+    pub fn lookup_where(
+        &self,
+        c: Collective,
+        size: usize,
+        ppn: usize,
+        bytes: usize,
+        fast_ok: bool,
+    ) -> Option<Choice> {
         self.rules
             .iter()
             .find(|r| {
-                r.collective == c
+                (fast_ok || r.algorithm != SHM)
+                    && r.collective == c
                     && size <= r.max_comm_size
                     && ppn <= r.max_ranks_per_node
                     && bytes <= r.max_bytes
@@ -263,8 +297,17 @@ pub fn names(c: Collective) -> String {
         .join(", ")
 }
 
+/// A key of the per-collective memo of [`choose`]: (forcing generation,
+/// size, ranks per node, bytes, fast path allowed).
+type MemoKey = (u64, usize, usize, usize, bool);
+
 thread_local! {
     static FORCED: RefCell<[Option<&'static str>; 16]> = const { RefCell::new([None; 16]) };
+    /// Bumped by every `force_algorithm`, so memoized choices expire.
+    static GENERATION: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// The last choice per collective: a loop of identical calls selects
+    /// once (the environment and tuning file are read once anyway).
+    static MEMO: RefCell<[Option<(MemoKey, Choice)>; 16]> = const { RefCell::new([None; 16]) };
     static FILE: RefCell<Option<std::result::Result<Option<Table>, String>>> = const { RefCell::new(None) };
     static DEFAULT: Table = Table::default_table();
     /// `IBCOLL_<COLL>_ALGORITHM`, read once per collective.
@@ -295,8 +338,14 @@ fn env_choice(c: Collective) -> EnvChoice {
     })
 }
 
-fn default_lookup(c: Collective, size: usize, ppn: usize, bytes: usize) -> Option<Choice> {
-    DEFAULT.with(|t| t.lookup(c, size, ppn, bytes))
+fn default_lookup(
+    c: Collective,
+    size: usize,
+    ppn: usize,
+    bytes: usize,
+    fast_ok: bool,
+) -> Option<Choice> {
+    DEFAULT.with(|t| t.lookup_where(c, size, ppn, bytes, fast_ok))
 }
 
 /// Forces (or with `None` releases) the algorithm of `c` for every later
@@ -305,6 +354,7 @@ fn default_lookup(c: Collective, size: usize, ppn: usize, bytes: usize) -> Optio
 /// `InvalidArgument` listing the valid ones (its `rank` is 0: selection
 /// does not know the process's rank).
 pub fn force_algorithm(c: Collective, name: Option<&str>) -> Result<()> {
+    GENERATION.with(|g| g.set(g.get() + 1));
     let Some(name) = name else {
         FORCED.with(|f| f.borrow_mut()[c.index()] = None);
         return Ok(());
@@ -322,11 +372,17 @@ pub fn force_algorithm(c: Collective, name: Option<&str>) -> Result<()> {
     Ok(())
 }
 
-fn file_lookup(c: Collective, size: usize, ppn: usize, bytes: usize) -> Result<Option<Choice>> {
+fn file_lookup(
+    c: Collective,
+    size: usize,
+    ppn: usize,
+    bytes: usize,
+    fast_ok: bool,
+) -> Result<Option<Choice>> {
     if FILE.with(|f| matches!(&*f.borrow(), Some(Ok(None)))) {
         return Ok(None);
     }
-    Ok(tuning_file()?.and_then(|t| t.lookup(c, size, ppn, bytes)))
+    Ok(tuning_file()?.and_then(|t| t.lookup_where(c, size, ppn, bytes, fast_ok)))
 }
 
 fn tuning_file() -> Result<Option<Table>> {
@@ -355,15 +411,45 @@ fn tuning_file() -> Result<Option<Table>> {
     })
 }
 
-/// Picks the algorithm for one call (see the module doc).
-pub fn choose(c: Collective, size: usize, ppn: usize, bytes: usize) -> Result<Choice> {
+/// Picks the algorithm for one call (see the module doc). With `fast_ok`
+/// false (a nonblocking call, a communicator that is not one whole node,
+/// data beyond the slots) the shared-memory fast path is never returned: a
+/// forced `shm` then yields the table's best schedule.
+pub fn choose(
+    c: Collective,
+    size: usize,
+    ppn: usize,
+    bytes: usize,
+    fast_ok: bool,
+) -> Result<Choice> {
+    let key = (GENERATION.with(|g| g.get()), size, ppn, bytes, fast_ok);
+    let hit = MEMO.with(|m| match m.borrow()[c.index()] {
+        Some((k, ch)) if k == key => Some(ch),
+        _ => None,
+    });
+    if let Some(ch) = hit {
+        return Ok(ch);
+    }
+    let ch = choose_uncached(c, size, ppn, bytes, fast_ok)?;
+    MEMO.with(|m| m.borrow_mut()[c.index()] = Some((key, ch)));
+    Ok(ch)
+}
+
+fn choose_uncached(
+    c: Collective,
+    size: usize,
+    ppn: usize,
+    bytes: usize,
+    fast_ok: bool,
+) -> Result<Choice> {
     let dflt = |alg: &'static str| Choice {
         algorithm: alg,
         segment_bytes: SEG,
         window: WINDOW,
     };
-    if let Some(a) = FORCED.with(|f| f.borrow()[c.index()]) {
-        let base = default_lookup(c, size, ppn, bytes);
+    let usable = |a: &str| fast_ok || a != SHM;
+    if let Some(a) = FORCED.with(|f| f.borrow()[c.index()]).filter(|a| usable(a)) {
+        let base = default_lookup(c, size, ppn, bytes, fast_ok);
         return Ok(Choice {
             algorithm: a,
             ..base.unwrap_or(dflt(a))
@@ -371,7 +457,8 @@ pub fn choose(c: Collective, size: usize, ppn: usize, bytes: usize) -> Result<Ch
     }
     match env_choice(c) {
         EnvChoice::Auto => {}
-        EnvChoice::Alg(a) => return Ok(dflt(a)),
+        EnvChoice::Alg(a) if usable(a) => return Ok(dflt(a)),
+        EnvChoice::Alg(_) => {}
         EnvChoice::Unknown(v) => {
             return Err(Error::Config {
                 var: c.env_var(),
@@ -380,10 +467,10 @@ pub fn choose(c: Collective, size: usize, ppn: usize, bytes: usize) -> Result<Ch
             })
         }
     }
-    if let Some(ch) = file_lookup(c, size, ppn, bytes)? {
+    if let Some(ch) = file_lookup(c, size, ppn, bytes, fast_ok)? {
         return Ok(ch);
     }
-    Ok(default_lookup(c, size, ppn, bytes).unwrap_or(dflt(algorithms(c)[0].name)))
+    Ok(default_lookup(c, size, ppn, bytes, fast_ok).unwrap_or(dflt(algorithms(c)[0].name)))
 }
 
 #[cfg(test)]
@@ -406,8 +493,9 @@ mod tests {
     #[test]
     fn multi_node_allreduce_is_node_aware() {
         let t = Table::default_table();
+        // Several nodes: the fast path never qualifies.
         let pick = |size, ppn, bytes| {
-            t.lookup(Collective::Allreduce, size, ppn, bytes)
+            t.lookup_where(Collective::Allreduce, size, ppn, bytes, false)
                 .unwrap()
                 .algorithm
         };
@@ -457,7 +545,7 @@ mod tests {
     fn forcing() {
         force_algorithm(Collective::Scan, Some("recursive_doubling")).unwrap();
         assert_eq!(
-            choose(Collective::Scan, 4, 1, 8).unwrap().algorithm,
+            choose(Collective::Scan, 4, 1, 8, true).unwrap().algorithm,
             "recursive_doubling"
         );
         let e = force_algorithm(Collective::Bcast, Some("bogus"))

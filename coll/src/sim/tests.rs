@@ -305,7 +305,7 @@ fn check(case: &Case, alg: &Algorithm) -> Result<Stats, String> {
                 }
             }
         };
-        let sched = (alg.build)(&a);
+        let sched = (alg.schedule().expect("a schedule algorithm"))(&a);
         ranks.push(SimRank {
             sched,
             send: to_bytes(&send),
@@ -340,6 +340,12 @@ fn has_in_place(c: Collective) -> bool {
     )
 }
 
+/// The algorithms of `c` that are schedules (the shared-memory fast paths
+/// are not, and are tested with real processes).
+fn schedules(c: Collective) -> impl Iterator<Item = &'static crate::algorithms::Algorithm> {
+    algorithms(c).iter().filter(|a| !a.is_shm())
+}
+
 fn nodes_for(n: usize, k: usize) -> Vec<usize> {
     // Block placement of n ranks over k nodes, like ibrun --nodes.
     let per = n.div_ceil(k.max(1));
@@ -349,7 +355,7 @@ fn nodes_for(n: usize, k: usize) -> Vec<usize> {
 fn sweep(ns: impl Iterator<Item = usize>, counts: &dyn Fn(usize) -> Vec<usize>) {
     for n in ns {
         for c in Collective::ALL {
-            for alg in algorithms(c) {
+            for alg in schedules(c) {
                 for count in counts(n) {
                     for in_place in [false, true] {
                         if in_place && !has_in_place(c) {
@@ -401,7 +407,7 @@ fn every_algorithm_at_scale() {
     // the rest at two.
     for n in [1000, 1024] {
         for c in Collective::ALL {
-            for alg in algorithms(c) {
+            for alg in schedules(c) {
                 let quadratic = matches!(c, Collective::Alltoall | Collective::Alltoallv);
                 let counts: &[usize] = if quadratic { &[1] } else { &[1, 5] };
                 for &count in counts {
@@ -426,7 +432,7 @@ fn every_algorithm_at_scale() {
 #[test]
 fn allreduce_floats_are_bit_identical_on_every_rank() {
     for n in [3, 5, 6, 7, 12, 13] {
-        for alg in algorithms(Collective::Allreduce) {
+        for alg in schedules(Collective::Allreduce) {
             let count = 17;
             let mut ranks: Vec<SimRank> = (0..n)
                 .map(|r| {
@@ -447,7 +453,7 @@ fn allreduce_floats_are_bit_identical_on_every_rank() {
                         })
                         .collect();
                     SimRank {
-                        sched: (alg.build)(&a),
+                        sched: (alg.schedule().expect("a schedule algorithm"))(&a),
                         send: crate::datatype::as_bytes(&v).to_vec(),
                         recv: vec![0; count * 8],
                     }
@@ -552,7 +558,7 @@ fn random_v_counts_and_placements() {
             v.sort();
             v
         };
-        for alg in algorithms(c) {
+        for alg in schedules(c) {
             let case = Case {
                 c,
                 n,

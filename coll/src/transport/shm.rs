@@ -227,11 +227,16 @@ impl ShmChannel {
         })
     }
 
+    /// The peer's index among the ranks of the node.
+    pub fn peer_local(&self) -> usize {
+        self.peer_local
+    }
+
     /// Wakes the peer if it sleeps: a futex wake, or a byte into its
     /// wake-up FIFO when it blocks in poll(2) (it also has socket peers).
     /// One fence and one load while it is awake.
     #[inline]
-    fn ring_peer(&mut self) {
+    pub fn ring_peer(&mut self) {
         let bell = self.node.doorbell(self.peer_local);
         let wake = &mut self.slow.wake;
         bell.ring_with(|| {

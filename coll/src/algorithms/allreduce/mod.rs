@@ -5,3 +5,4 @@ pub mod node_aware;
 pub mod rabenseifner;
 pub mod recursive_doubling;
 pub mod ring;
+pub(crate) mod shm;

@@ -4,6 +4,7 @@
 pub mod bruck;
 pub mod linear;
 pub mod pairwise;
+pub(crate) mod shm;
 
 use crate::algorithms::Args;
 use crate::schedule::{Buf, Builder};

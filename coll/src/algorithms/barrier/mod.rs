@@ -1,3 +1,4 @@
 //! Barrier algorithms.
 pub mod dissemination;
+pub(crate) mod shm;
 pub mod tree;

@@ -1,3 +1,4 @@
 //! Reduce algorithms.
 pub mod binomial;
 pub mod reduce_scatter_gather;
+pub(crate) mod shm;

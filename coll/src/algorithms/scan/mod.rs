@@ -1,2 +1,3 @@
 //! Scan and exscan algorithms.
 pub mod recursive_doubling;
+pub(crate) mod shm;

@@ -1,0 +1,46 @@
+//! Reduce through the node's publication slots: every rank but the root
+//! publishes its input and goes on; the root folds the inputs in rank
+//! order, `((x0 op x1) op x2) ...`, straight out of the slots.
+
+use crate::error::Result;
+use crate::fastpath::{copy, FastCall, FastIo};
+
+pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
+    let len = io.count * io.esize;
+    let me = f.rank();
+    let input = io.input_at(0, len)?;
+    if me != io.root {
+        let slot = f.claim()?;
+        // SAFETY: the slot holds at least `len` bytes; `input` was checked.
+        unsafe { copy(input, slot, len) };
+        f.publish(len);
+        return Ok(());
+    }
+    let acc = io.recv_at(0, len)?;
+    // In place on a root other than rank 0, the accumulator starts as rank
+    // 0's input and would overwrite ours: keep ours in the slot first.
+    let own = if io.in_place && me != 0 {
+        let slot = f.claim()?;
+        // SAFETY: as above.
+        unsafe { copy(input, slot, len) };
+        f.publish(len);
+        slot as *const u8
+    } else {
+        f.arrive()?;
+        input
+    };
+    for r in 0..f.size() {
+        let src = if r == me { own } else { f.data_of(r, len)? };
+        // SAFETY: `src` is a published slot of `len` bytes or our own
+        // input/slot; `acc` is our receive buffer of `len` bytes, disjoint
+        // from every slot, and equal to `src` only when in place on rank 0.
+        unsafe {
+            if r == 0 {
+                copy(src, acc, len);
+            } else {
+                io.reduce(acc, src, len);
+            }
+        }
+    }
+    Ok(())
+}

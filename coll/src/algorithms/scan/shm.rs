@@ -1,0 +1,39 @@
+//! Scan and exscan through the node's publication slots: every rank
+//! publishes its input, then folds the inputs of the ranks before it (and
+//! its own, for scan) in rank order. Rank 0 of an exscan leaves its output
+//! untouched, as MPI does.
+
+use crate::error::Result;
+use crate::fastpath::{copy, FastCall, FastIo};
+
+pub(crate) fn run(f: &mut FastCall, io: &FastIo, inclusive: bool) -> Result<()> {
+    let len = io.count * io.esize;
+    let me = f.rank();
+    let input = io.input_at(0, len)?;
+    let slot = f.claim()?;
+    // SAFETY: the slot holds at least `len` bytes; `input` was checked.
+    unsafe { copy(input, slot, len) };
+    f.publish(len);
+    let last = if inclusive { me + 1 } else { me };
+    if last == 0 {
+        return Ok(());
+    }
+    let acc = io.recv_at(0, len)?;
+    for r in 0..last {
+        let src = if r == me {
+            slot as *const u8
+        } else {
+            f.data_of(r, len)?
+        };
+        // SAFETY: `src` is a published slot of `len` bytes (ours for r ==
+        // me), `acc` our receive buffer, disjoint from every slot.
+        unsafe {
+            if r == 0 {
+                copy(src, acc, len);
+            } else {
+                io.reduce(acc, src, len);
+            }
+        }
+    }
+    Ok(())
+}

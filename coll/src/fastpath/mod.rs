@@ -1,0 +1,387 @@
+//! Shared-memory fast paths: small blocking collectives among the ranks of
+//! one node, through publication slots in the node segment
+//! ([`ibcoll_shm::slots`]) instead of messages.
+//!
+//! A call publishes this rank's contribution (or only its arrival) in its
+//! own slot buffer under the next sequence number, rings the doorbells of
+//! the other members, and reads what it needs straight from their buffers.
+//! No schedule is built, nothing is matched, no message crosses a ring: an
+//! 8-byte allreduce between two ranks is one cache line each way.
+//!
+//! When a communicator qualifies ([`eligible`]): the node segment exists
+//! (shm is in use), the slots are on (`IBCOLL_SHM_COLL_BYTES` > 0), and the
+//! communicator holds **every** rank of the node and nothing else, so its
+//! member set is the slot owners. All such communicators (the world on one
+//! node, its duplicates, a split by node) share one sequence per process:
+//! blocking collectives on communicators with the same group are called in
+//! the same order on every member (otherwise the program could deadlock,
+//! which MPI rules out), so the sequence agrees. Nonblocking collectives
+//! never take a fast path: they run schedules, and MPI does not match a
+//! blocking collective with a nonblocking one.
+//!
+//! Selection decides like for any algorithm (the `shm` entries of the
+//! table); a call whose communicator does not qualify, or whose data does
+//! not fit a buffer, takes the best message-based algorithm instead. Every
+//! input to that decision is the same on every member.
+//!
+//! Waiting goes through [`Engine::wait_until`] (spin, yield, block on the
+//! doorbell, other traffic progressing meanwhile); a member that dies or
+//! finalizes before publishing what we wait for ends the call with
+//! `PeerLost` within the usual bound.
+
+use ibcoll_shm::{NodeSegment, SlotArea, SLOT_BUFFERS};
+
+use crate::engine::Engine;
+use crate::error::{Error, Op, Result};
+use crate::transport::{Channel, Health};
+
+/// Iterations of the tight spin on a flag before the engine's wait loop
+/// (which polls the channels on every pass) takes over.
+const FLAG_SPIN: u32 = 256;
+
+/// The fast paths' sequence, per process.
+pub(crate) struct SeqState {
+    /// Number of the last fast-path collective.
+    seq: u64,
+    /// By local rank: the highest sequence number seen published.
+    seen: Vec<u64>,
+}
+
+impl SeqState {
+    pub fn new(local_size: usize) -> SeqState {
+        SeqState {
+            seq: 0,
+            seen: vec![0; local_size],
+        }
+    }
+}
+
+/// Local rank of every member when a communicator of `group` (world ranks)
+/// qualifies for the fast paths, else `None`.
+pub(crate) fn eligible(e: &Engine, group: &[usize]) -> Option<Vec<usize>> {
+    if e.node.is_none() || e.cfg.shm_coll_bytes == 0 || group.len() < 2 {
+        return None;
+    }
+    if group.len() != e.local_size {
+        return None;
+    }
+    let me = e.rank();
+    group
+        .iter()
+        .map(|&w| match &e.chans[w] {
+            _ if w == me => Some(e.local_rank),
+            Channel::Shm(c) => Some(c.peer_local()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// One rank's part of one fast-path collective.
+pub(crate) struct FastCall<'a> {
+    e: &'a mut Engine,
+    area: SlotArea<'a>,
+    k: u64,
+    me: usize,
+    locals: &'a [usize],
+    group: &'a [usize],
+    op: Op,
+}
+
+impl<'a> FastCall<'a> {
+    /// The slots of `node` (the engine's node segment), when configured.
+    pub fn area(e: &Engine, node: &'a NodeSegment) -> Option<SlotArea<'a>> {
+        SlotArea::new(node, e.cfg.shm_coll_bytes).ok()
+    }
+
+    /// Starts the next fast-path collective as communicator rank `me` of a
+    /// communicator that [`eligible`] accepted (`locals` is its answer).
+    pub fn begin(
+        e: &'a mut Engine,
+        area: SlotArea<'a>,
+        me: usize,
+        locals: &'a [usize],
+        group: &'a [usize],
+        op: Op,
+    ) -> FastCall<'a> {
+        e.fast.seq += 1;
+        let k = e.fast.seq;
+        FastCall {
+            e,
+            area,
+            k,
+            me,
+            locals,
+            group,
+            op,
+        }
+    }
+
+    /// Communicator rank of this process.
+    pub fn rank(&self) -> usize {
+        self.me
+    }
+
+    /// Number of members.
+    pub fn size(&self) -> usize {
+        self.group.len()
+    }
+
+    /// Waits until this rank's buffer for the call may be written (every
+    /// member has arrived at call `k - SLOT_BUFFERS + 1`, so nobody still
+    /// reads what the buffer held) and returns its data.
+    pub fn claim(&mut self) -> Result<*mut u8> {
+        let b = SLOT_BUFFERS as u64;
+        if self.k > b {
+            let need = self.k - b + 1;
+            for r in 0..self.size() {
+                if r == self.me {
+                    continue;
+                }
+                let l = self.locals[r];
+                if self.e.fast.seen[l] >= need {
+                    continue;
+                }
+                // Learn the member's latest arrival (call k - 1 at most),
+                // so the next calls need not look again.
+                if self.area.header(l, self.k - 1).seq() >= self.k - 1 {
+                    self.e.fast.seen[l] = self.k - 1;
+                    continue;
+                }
+                self.wait_seq(r, need)?;
+            }
+        }
+        Ok(self.area.data(self.locals[self.me], self.k))
+    }
+
+    /// Publishes `len` bytes written into the claimed buffer (0: arrival
+    /// only) and wakes the members that sleep.
+    pub fn publish(&mut self, len: usize) {
+        let mine = self.locals[self.me];
+        self.area.header(mine, self.k).publish(self.k, len);
+        self.e.fast.seen[mine] = self.k;
+        for (r, &w) in self.group.iter().enumerate() {
+            if r != self.me {
+                if let Channel::Shm(c) = &mut self.e.chans[w] {
+                    c.ring_peer();
+                }
+            }
+        }
+    }
+
+    /// Claims and publishes this rank's arrival without data.
+    pub fn arrive(&mut self) -> Result<()> {
+        self.claim()?;
+        self.publish(0);
+        Ok(())
+    }
+
+    /// Waits for member `r`'s publication of this call: `len` bytes
+    /// (an error naming `r` when it published another length).
+    pub fn data_of(&mut self, r: usize, len: usize) -> Result<*const u8> {
+        self.wait_seq(r, self.k)?;
+        let l = self.locals[r];
+        let got = self.area.header(l, self.k).len();
+        if got != len {
+            return Err(Error::InvalidArgument {
+                rank: self.e.rank(),
+                op: self.op,
+                detail: format!(
+                    "rank {} contributed {got} bytes where {len} were expected (arguments differ between ranks)",
+                    self.group[r]
+                ),
+            });
+        }
+        Ok(self.area.data(l, self.k))
+    }
+
+    /// Waits until every member has published this call.
+    pub fn wait_all(&mut self) -> Result<()> {
+        for r in 0..self.size() {
+            if r != self.me {
+                self.wait_seq(r, self.k)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until member `r` has published call `want` (or a later one).
+    fn wait_seq(&mut self, r: usize, want: u64) -> Result<()> {
+        let l = self.locals[r];
+        if self.e.fast.seen[l] >= want {
+            return Ok(());
+        }
+        // The buffer of call `want` holds want - SLOT_BUFFERS, want, ...:
+        // a member is never SLOT_BUFFERS calls ahead of us, so `>=` is exact.
+        let h = self.area.header(l, want);
+        let mut ok = h.seq() >= want;
+        let mut spin = FLAG_SPIN.min(self.e.spins);
+        while !ok && spin > 0 {
+            std::hint::spin_loop();
+            spin -= 1;
+            ok = h.seq() >= want;
+        }
+        if !ok {
+            let w = self.group[r];
+            self.e
+                .wait_until(|e| h.seq() >= want || !matches!(e.chans[w].health(), Health::Open));
+            ok = h.seq() >= want;
+            if !ok {
+                return Err(self.e.peer_lost(w, self.op).unwrap_or(Error::PeerLost {
+                    rank: self.e.rank(),
+                    peer: w,
+                    op: self.op,
+                    reason: "it stopped answering".into(),
+                }));
+            }
+        }
+        let s = &mut self.e.fast.seen[l];
+        *s = (*s).max(want);
+        Ok(())
+    }
+}
+
+/// The buffers and sizes of one fast-path call, in bytes (the conventions
+/// of [`crate::algorithms`]: `send` is read only, `recv` is written).
+pub(crate) struct FastIo<'b> {
+    /// World rank of this process and the collective, for errors.
+    pub rank: usize,
+    pub op: Op,
+    pub esize: usize,
+    /// Elements of this rank's block (see the collective).
+    pub count: usize,
+    /// Per-rank counts and displacements in elements (allgatherv,
+    /// reduce_scatter); empty for the uniform collectives.
+    pub counts: &'b [usize],
+    pub displs: &'b [usize],
+    pub root: usize,
+    pub in_place: bool,
+    pub send: *const u8,
+    pub send_len: usize,
+    pub recv: *mut u8,
+    pub recv_len: usize,
+    pub reduce: Option<&'b crate::ops::ByteReduce>,
+}
+
+impl FastIo<'_> {
+    /// Elements of rank `r`'s block.
+    pub fn count_of(&self, r: usize) -> usize {
+        self.counts.get(r).copied().unwrap_or(self.count)
+    }
+
+    /// Element offset of rank `r`'s block.
+    pub fn displ_of(&self, r: usize) -> usize {
+        self.displs.get(r).copied().unwrap_or(r * self.count)
+    }
+
+    fn range(&self, what: &str, cap: usize, off: usize, len: usize) -> Result<()> {
+        if off.checked_add(len).map_or(true, |e| e > cap) {
+            return Err(Error::InvalidArgument {
+                rank: self.rank,
+                op: self.op,
+                detail: format!("{what}: {len} bytes at {off} exceed the buffer of {cap}"),
+            });
+        }
+        Ok(())
+    }
+
+    /// `len` bytes of the send buffer at byte `off` (checked).
+    pub fn send_at(&self, off: usize, len: usize) -> Result<*const u8> {
+        self.range("send", self.send_len, off, len)?;
+        // SAFETY: in bounds of the send buffer (checked above).
+        Ok(unsafe { self.send.add(off) })
+    }
+
+    /// `len` bytes of the receive buffer at byte `off` (checked).
+    pub fn recv_at(&self, off: usize, len: usize) -> Result<*mut u8> {
+        self.range("receive", self.recv_len, off, len)?;
+        // SAFETY: in bounds of the receive buffer (checked above).
+        Ok(unsafe { self.recv.add(off) })
+    }
+
+    /// `len` bytes of the input (send, or receive when in place) at `off`.
+    pub fn input_at(&self, off: usize, len: usize) -> Result<*const u8> {
+        if self.in_place {
+            self.recv_at(off, len).map(|p| p as *const u8)
+        } else {
+            self.send_at(off, len)
+        }
+    }
+
+    /// `dst = op(dst, src)` over `len` bytes.
+    ///
+    /// # Safety
+    /// `dst` writable and `src` readable for `len` bytes, not overlapping.
+    pub unsafe fn reduce(&self, dst: *mut u8, src: *const u8, len: usize) {
+        if len == 0 {
+            return;
+        }
+        if let Some(f) = self.reduce {
+            // SAFETY: the caller guarantees both ranges.
+            let (d, s) = unsafe {
+                (
+                    std::slice::from_raw_parts_mut(dst, len),
+                    std::slice::from_raw_parts(src, len),
+                )
+            };
+            f(d, s, false);
+        }
+    }
+}
+
+/// Copies `len` bytes (nothing when `src == dst`).
+///
+/// # Safety
+/// `src` readable and `dst` writable for `len` bytes; the ranges are equal
+/// or disjoint.
+pub(crate) unsafe fn copy(src: *const u8, dst: *mut u8, len: usize) {
+    if len > 0 && !std::ptr::eq(src, dst) {
+        // SAFETY: the caller guarantees the ranges; distinct ranges of the
+        // user's buffers and the slots never partly overlap.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
+    }
+}
+
+/// Bytes one rank publishes in a fast-path `c` (the same on every rank
+/// for valid arguments), or `None` when `c` has no fast path.
+pub(crate) fn bytes_needed(
+    c: crate::algorithms::Collective,
+    io: &FastIo,
+    n: usize,
+) -> Option<usize> {
+    use crate::algorithms::Collective::*;
+    let block = io.count * io.esize;
+    Some(match c {
+        Barrier => 0,
+        Bcast | Reduce | Allreduce | Scan | Exscan | Gather | Allgather => block,
+        Scatter | Alltoall => n * block,
+        Allgatherv => (0..n).map(|r| io.count_of(r)).max().unwrap_or(0) * io.esize,
+        ReduceScatter | ReduceScatterBlock => {
+            (0..n).map(|r| io.count_of(r)).sum::<usize>() * io.esize
+        }
+        Gatherv | Scatterv | Alltoallv => return None,
+    })
+}
+
+/// Runs the fast path of `c`.
+pub(crate) fn run(c: crate::algorithms::Collective, f: &mut FastCall, io: &FastIo) -> Result<()> {
+    use crate::algorithms::Collective::*;
+    use crate::algorithms::*;
+    match c {
+        Barrier => barrier::shm::run(f),
+        Bcast => bcast::shm::run(f, io),
+        Reduce => reduce::shm::run(f, io),
+        Allreduce => allreduce::shm::run(f, io),
+        Gather => gather::shm::run(f, io),
+        Scatter => scatter::shm::run(f, io),
+        Allgather | Allgatherv => allgather::shm::run(f, io),
+        Alltoall => alltoall::shm::run(f, io),
+        ReduceScatter | ReduceScatterBlock => reduce_scatter::shm::run(f, io),
+        Scan => scan::shm::run(f, io, true),
+        Exscan => scan::shm::run(f, io, false),
+        Gatherv | Scatterv | Alltoallv => Err(Error::InvalidArgument {
+            rank: f.e.rank(),
+            op: f.op,
+            detail: format!("{} has no shared-memory fast path", c.name()),
+        }),
+    }
+}
