@@ -32,6 +32,7 @@ pub const REGISTRY: &[Entry] = &[
     e("IBCOLL_SHM_SPLIT_MIN", "65536", "shm with CMA: rendezvous messages from this many bytes are copied by both sides at once (receiver reads the first half, sender writes the second); 0 = receiver copies alone"),
     e("IBCOLL_SHM_CMA_CHUNK", "1048576", "shm with CMA: bytes per process_vm_readv/writev call (and claim granularity of a split copy); records are handled between chunks"),
     e("IBCOLL_SHM_COLL_BYTES", "65536", "shared-memory collective fast paths: data bytes per publication buffer (each local rank has four in the node segment); a call whose per-rank data does not fit takes a message-based algorithm; 0 turns the fast paths off"),
+    e("IBCOLL_MEMBARRIER", "auto", "shm doorbells: auto (when every rank of a node can register for membarrier(2) global expedited barriers, a rank going to sleep issues one and senders skip their memory fence on every message) or off (a fence on every message)"),
     e("IBCOLL_SPIN", "auto", "busy-poll iterations before yielding (auto: 2000, or 20 when the node is oversubscribed)"),
     e("IBCOLL_YIELD", "auto", "sched_yield calls before blocking (auto: 200, or 2000 when the node is oversubscribed)"),
     e("IBCOLL_BLOCK_MS", "100", "longest single block on the doorbell or in poll(2) before re-checking peers (ms)"),
@@ -138,6 +139,8 @@ pub struct Config {
     pub shm_cma_chunk: usize,
     /// Data bytes per collective publication buffer (0: no fast paths).
     pub shm_coll_bytes: usize,
+    /// Try membarrier-based light ringers (`IBCOLL_MEMBARRIER`).
+    pub membarrier: bool,
     /// `None` = auto.
     pub spins: Option<u32>,
     pub yields: Option<u32>,
@@ -284,6 +287,11 @@ impl Config {
             shm_split_min: to_usize("IBCOLL_SHM_SPLIT_MIN", u64::MAX)?,
             shm_cma_chunk: to_usize("IBCOLL_SHM_CMA_CHUNK", 1 << 30)?.max(4096),
             shm_coll_bytes: to_usize("IBCOLL_SHM_COLL_BYTES", 1 << 28)?,
+            membarrier: match raw("IBCOLL_MEMBARRIER").as_str() {
+                "" | "auto" | "on" => true,
+                "off" => false,
+                v => return Err(bad("IBCOLL_MEMBARRIER", v, "must be auto or off")),
+            },
             spins: opt_num("IBCOLL_SPIN")?,
             yields: opt_num("IBCOLL_YIELD")?,
             block,

@@ -12,15 +12,22 @@
 //! if ready() { return }            if state == ASLEEP: CAS to AWAKE, futex_wake
 //! futex_wait(state, ASLEEP)
 //! ```
+//! (With every process of the node registered for `membarrier`, the
+//! sleeper's fence becomes a global barrier and the ringer's a compiler
+//! barrier: [`crate::fences`].)
 //! Either the sleeper sees the work, or the ringer sees ASLEEP; and a ringer
 //! that sets AWAKE before the sleeper enters the kernel makes `futex_wait`
 //! return at once, so no wake-up is lost. A ringer costs one load when the
 //! owner is awake: no syscall and no write to the owner's line.
 
-use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use crate::layout::FALSE_SHARING_STRIDE;
+
+/// Longest sleep when the sleeper's barrier failed while ringers skip
+/// their fence (a wake-up may be lost; see [`crate::fences`]).
+const LOSSY_SLEEP: Duration = Duration::from_millis(1);
 
 const AWAKE: u32 = 0;
 const ASLEEP: u32 = 1;
@@ -76,7 +83,7 @@ impl Doorbell {
     /// [`ring_with`](Self::ring_with).
     #[inline]
     pub fn ring(&self) -> bool {
-        fence(Ordering::SeqCst);
+        crate::fences::ringer();
         if self.state.load(Ordering::Relaxed) != ASLEEP {
             return false;
         }
@@ -88,7 +95,7 @@ impl Doorbell {
     /// a sleeper was woken.
     #[inline]
     pub fn ring_with(&self, poke: impl FnOnce()) -> bool {
-        fence(Ordering::SeqCst);
+        crate::fences::ringer();
         match self.state.load(Ordering::Relaxed) {
             AWAKE => false,
             ASLEEP => self.wake_futex(),
@@ -125,9 +132,11 @@ impl Doorbell {
     /// [`ring_with`](Self::ring_with) poke the FIFO from now on. Re-check
     /// for work after this (as [`sleep`](Self::sleep) does), then poll, then
     /// call [`end_polling`](Self::end_polling).
-    pub fn begin_polling(&self) {
+    /// Returns false if a wake-up may be lost (see [`crate::fences`]):
+    /// the caller then polls with a short timeout.
+    pub fn begin_polling(&self) -> bool {
         self.state.store(POLLING, Ordering::Relaxed);
-        fence(Ordering::SeqCst);
+        crate::fences::sleeper()
     }
 
     /// Owner only: awake again after [`begin_polling`](Self::begin_polling).
@@ -140,7 +149,11 @@ impl Doorbell {
     /// publish before they ring (with Acquire loads).
     pub fn sleep(&self, mut ready: impl FnMut() -> bool, timeout: Duration) -> SleepOutcome {
         self.state.store(ASLEEP, Ordering::Relaxed);
-        fence(Ordering::SeqCst);
+        let timeout = if crate::fences::sleeper() {
+            timeout
+        } else {
+            timeout.min(LOSSY_SLEEP)
+        };
         if ready() {
             self.state.store(AWAKE, Ordering::Relaxed);
             return SleepOutcome::Ready;

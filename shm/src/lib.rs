@@ -17,6 +17,7 @@
 pub mod cma;
 pub mod doorbell;
 pub mod error;
+pub mod fences;
 pub mod header;
 pub mod layout;
 pub mod node;

@@ -190,7 +190,7 @@ mod tests {
         std::thread::scope(|s| {
             let t0 = Instant::now();
             let h = s.spawn(|| {
-                bell.begin_polling();
+                let _ = bell.begin_polling();
                 let woken = poll_in(fifo.fd(), 10_000);
                 fifo.drain();
                 bell.end_polling();

@@ -42,6 +42,9 @@ pub(crate) struct Card {
     pub node: u32,
     pub local_rank: u32,
     pub cma: bool,
+    /// Registered for expedited global memory barriers (ringers of a node
+    /// whose ranks all are skip their fence: `ibcoll_shm::fences`).
+    pub membarrier: bool,
     /// `host:port` of the tcp listener, empty if none.
     pub addr: String,
     pub hostname: String,
@@ -65,7 +68,7 @@ impl Card {
         v.extend_from_slice(&self.pid.to_le_bytes());
         v.extend_from_slice(&self.node.to_le_bytes());
         v.extend_from_slice(&self.local_rank.to_le_bytes());
-        v.push(u8::from(self.cma));
+        v.push(u8::from(self.cma) | (u8::from(self.membarrier) << 1));
         for s in [&self.addr, &self.hostname] {
             v.extend_from_slice(&(s.len() as u16).to_le_bytes());
             v.extend_from_slice(s.as_bytes());
@@ -88,7 +91,8 @@ impl Card {
         let pid = u32_at(0) as i32;
         let node = u32_at(4);
         let local_rank = u32_at(8);
-        let cma = rest[12] == 1;
+        let cma = rest[12] & 1 != 0;
+        let membarrier = rest[12] & 2 != 0;
         let mut pos = 13;
         let mut strs = Vec::new();
         for _ in 0..2 {
@@ -116,6 +120,7 @@ impl Card {
             node,
             local_rank,
             cma,
+            membarrier,
             addr,
             hostname,
             rdma,
@@ -263,11 +268,13 @@ impl Engine {
             }
         }
 
+        let membarrier = use_shm && cfg.membarrier && ibcoll_shm::fences::register();
         let card = Card {
             pid: std::process::id() as i32,
             node: node_id as u32,
             local_rank: local_rank as u32,
             cma,
+            membarrier,
             addr,
             hostname: host.clone(),
             rdma: rdma.as_ref().map(|s| s.infos()).unwrap_or_default(),
@@ -296,6 +303,15 @@ impl Engine {
             node = Some(NodeSegment::open(&seg_name, layout).map_err(|e| shm_err(rank, e))?);
         }
         let node = node.map(Rc::new);
+        // Light ringers only when every rank of the node can take the
+        // sleeper's side of the barrier; decided before any shm traffic.
+        ibcoll_shm::fences::set_light_ringers(
+            membarrier
+                && cards
+                    .iter()
+                    .filter(|c| c.node as usize == node_id)
+                    .all(|c| c.membarrier),
+        );
         if let Some(n) = &node {
             n.publish_pid(local_rank);
             if n.all_attached() {
@@ -580,6 +596,7 @@ mod tests {
             node: 2,
             local_rank: 3,
             cma: true,
+            membarrier: true,
             addr: "127.0.0.1:5555".into(),
             hostname: "h".into(),
             rdma: vec![(

@@ -144,7 +144,11 @@ impl Engine {
                     // the wake-up FIFO, which shm peers poke once we have
                     // announced it on the doorbell.
                     let bell = node.doorbell(me);
-                    bell.begin_polling();
+                    let block = if bell.begin_polling() {
+                        block
+                    } else {
+                        block.min(Duration::from_millis(1))
+                    };
                     if self.progress() == 0 && !done(self) {
                         let backlog = self.tcp_backlog();
                         self.poll_sockets(block, backlog);
