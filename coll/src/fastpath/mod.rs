@@ -385,3 +385,43 @@ pub(crate) fn run(c: crate::algorithms::Collective, f: &mut FastCall, io: &FastI
         }),
     }
 }
+
+/// Folds the publications of ranks `0..upto` into `acc` in rank order,
+/// `((x0 op x1) op x2) ...`, so every rank that folds the same ranks gets
+/// the same bits. Each publication is `total` bytes, of which the `len`
+/// at `off` are folded; this rank's own is read from `own` (its slot: in
+/// place, the accumulator may already have overwritten the input).
+///
+/// # Safety
+/// `own` readable for `off + len` bytes; `acc` writable for `len` bytes and
+/// disjoint from every slot.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn fold(
+    f: &mut FastCall,
+    io: &FastIo,
+    upto: usize,
+    own: *const u8,
+    total: usize,
+    off: usize,
+    len: usize,
+    acc: *mut u8,
+) -> Result<()> {
+    for r in 0..upto {
+        let src = if r == f.rank() {
+            own
+        } else {
+            f.data_of(r, total)?
+        };
+        // SAFETY: a publication (or our own slot) holds `total >= off +
+        // len` bytes; `acc` as the caller guarantees.
+        unsafe {
+            let src = src.add(off);
+            if r == 0 {
+                copy(src, acc, len);
+            } else {
+                io.reduce(acc, src, len);
+            }
+        }
+    }
+    Ok(())
+}

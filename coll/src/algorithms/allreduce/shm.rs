@@ -5,34 +5,18 @@
 //! switches to the message-based algorithms beyond.
 
 use crate::error::Result;
-use crate::fastpath::{copy, FastCall, FastIo};
+use crate::fastpath::{copy, fold, FastCall, FastIo};
 
 pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
     let len = io.count * io.esize;
-    let me = f.rank();
     let input = io.input_at(0, len)?;
     let acc = io.recv_at(0, len)?;
     let slot = f.claim()?;
     // SAFETY: the slot holds at least `len` bytes; `input` was checked.
     unsafe { copy(input, slot, len) };
     f.publish(len);
-    for r in 0..f.size() {
-        // Our own contribution is read back from the slot: in place, the
-        // accumulator has overwritten the input by the time it is needed.
-        let src = if r == me {
-            slot as *const u8
-        } else {
-            f.data_of(r, len)?
-        };
-        // SAFETY: `src` is a published slot of `len` bytes, `acc` our
-        // receive buffer of `len` bytes, disjoint from every slot.
-        unsafe {
-            if r == 0 {
-                copy(src, acc, len);
-            } else {
-                io.reduce(acc, src, len);
-            }
-        }
-    }
-    Ok(())
+    let n = f.size();
+    // SAFETY: our slot holds our `len` bytes; `acc` is our receive buffer,
+    // disjoint from every slot.
+    unsafe { fold(f, io, n, slot, len, 0, len, acc) }
 }

@@ -3,7 +3,7 @@
 //! order, `((x0 op x1) op x2) ...`, straight out of the slots.
 
 use crate::error::Result;
-use crate::fastpath::{copy, FastCall, FastIo};
+use crate::fastpath::{copy, fold, FastCall, FastIo};
 
 pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
     let len = io.count * io.esize;
@@ -29,18 +29,9 @@ pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
         f.arrive()?;
         input
     };
-    for r in 0..f.size() {
-        let src = if r == me { own } else { f.data_of(r, len)? };
-        // SAFETY: `src` is a published slot of `len` bytes or our own
-        // input/slot; `acc` is our receive buffer of `len` bytes, disjoint
-        // from every slot, and equal to `src` only when in place on rank 0.
-        unsafe {
-            if r == 0 {
-                copy(src, acc, len);
-            } else {
-                io.reduce(acc, src, len);
-            }
-        }
-    }
-    Ok(())
+    let n = f.size();
+    // SAFETY: `own` is our input or slot (`len` bytes); `acc` is our
+    // receive buffer, disjoint from every slot and equal to `own` only when
+    // in place on rank 0 (where the first copy is skipped).
+    unsafe { fold(f, io, n, own, len, 0, len, acc) }
 }

@@ -3,7 +3,7 @@
 //! every input in rank order, `((x0 op x1) op x2) ...`.
 
 use crate::error::Result;
-use crate::fastpath::{copy, FastCall, FastIo};
+use crate::fastpath::{copy, fold, FastCall, FastIo};
 
 pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
     let es = io.esize;
@@ -17,23 +17,8 @@ pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
     // SAFETY: the slot holds at least `total` bytes; `input` was checked.
     unsafe { copy(input, slot, total) };
     f.publish(total);
-    for r in 0..n {
-        // In place, the accumulator overlaps our input: read ours back
-        // from the slot.
-        let src = if r == me {
-            slot as *const u8
-        } else {
-            f.data_of(r, total)?
-        };
-        // SAFETY: our block lies inside the `total` published bytes; `acc`
-        // is our receive buffer (`len` bytes), disjoint from every slot.
-        unsafe {
-            if r == 0 {
-                copy(src.add(off), acc, len);
-            } else {
-                io.reduce(acc, src.add(off), len);
-            }
-        }
-    }
-    Ok(())
+    // SAFETY: our slot holds our `total` bytes (in place, the accumulator
+    // overlaps our input, so ours is read from there); `acc` is our
+    // receive buffer, disjoint from every slot.
+    unsafe { fold(f, io, n, slot, total, off, len, acc) }
 }

@@ -4,7 +4,7 @@
 //! untouched, as MPI does.
 
 use crate::error::Result;
-use crate::fastpath::{copy, FastCall, FastIo};
+use crate::fastpath::{copy, fold, FastCall, FastIo};
 
 pub(crate) fn run(f: &mut FastCall, io: &FastIo, inclusive: bool) -> Result<()> {
     let len = io.count * io.esize;
@@ -19,21 +19,7 @@ pub(crate) fn run(f: &mut FastCall, io: &FastIo, inclusive: bool) -> Result<()> 
         return Ok(());
     }
     let acc = io.recv_at(0, len)?;
-    for r in 0..last {
-        let src = if r == me {
-            slot as *const u8
-        } else {
-            f.data_of(r, len)?
-        };
-        // SAFETY: `src` is a published slot of `len` bytes (ours for r ==
-        // me), `acc` our receive buffer, disjoint from every slot.
-        unsafe {
-            if r == 0 {
-                copy(src, acc, len);
-            } else {
-                io.reduce(acc, src, len);
-            }
-        }
-    }
-    Ok(())
+    // SAFETY: our slot holds our `len` bytes; `acc` is our receive buffer,
+    // disjoint from every slot.
+    unsafe { fold(f, io, last, slot, len, 0, len, acc) }
 }
