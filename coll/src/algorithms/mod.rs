@@ -299,14 +299,17 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
             L
         }
         Collective::Scan => {
-            const L: &[Algorithm] = &[alg("recursive_doubling", scan::recursive_doubling::build)];
+            const L: &[Algorithm] = &[
+                alg("recursive_doubling", scan::recursive_doubling::build),
+                alg("chain", scan::chain::build),
+            ];
             L
         }
         Collective::Exscan => {
-            const L: &[Algorithm] = &[alg(
-                "recursive_doubling",
-                scan::recursive_doubling::build_exscan,
-            )];
+            const L: &[Algorithm] = &[
+                alg("recursive_doubling", scan::recursive_doubling::build_exscan),
+                alg("chain", scan::chain::build_exscan),
+            ];
             L
         }
     }

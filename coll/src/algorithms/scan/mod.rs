@@ -1,2 +1,3 @@
 //! Scan and exscan algorithms.
+pub mod chain;
 pub mod recursive_doubling;
