@@ -150,29 +150,27 @@ fn algorithm_forced_by_environment_and_tuning_file() {
 
 /// Starts `coll_check MODE` (death, death_shm) as `size` ranks on one node (shm) or one node
 /// per rank (tcp) under the mini PMI server; the last rank dies in the
-/// middle of an allreduce. Returns (survivors' outputs, victim status). A
+/// middle of an allreduce. Returns (survivors' outputs, victim's output). A
 /// watchdog kills everything after 120 s, so a hang becomes a failure.
-fn death_direct(
-    size: usize,
-    two_nodes: bool,
-    mode: &str,
-) -> (Vec<Output>, std::process::ExitStatus) {
+fn death_direct(size: usize, two_nodes: bool, mode: &str) -> (Vec<Output>, Output) {
+    // Unique per test of this binary (they run in parallel).
     let job = format!(
-        "cdtest{}{}{size}",
+        "cd{}{}{size}{}",
         std::process::id(),
-        if two_nodes { "t" } else { "s" }
+        if two_nodes { "t" } else { "s" },
+        mode.replace('_', "")
     );
     let nodes: Vec<usize> = (0..size).map(|r| if two_nodes { r } else { 0 }).collect();
     let mut children = start_without_launcher("coll_check", &[mode], &nodes, &job, &[], 120);
     let victim = children.pop().expect("victim");
     // Reap the victim at once: a zombie still counts as alive.
-    let victim_status = victim.wait_with_output().expect("wait victim").status;
+    let victim_out = victim.wait_with_output().expect("wait victim");
     let outs = children
         .into_iter()
         .map(|c| c.wait_with_output().expect("wait survivor"))
         .collect();
     remove_segments(&job, size);
-    (outs, victim_status)
+    (outs, victim_out)
 }
 
 fn check_survivors(size: usize, two_nodes: bool) {
@@ -182,7 +180,13 @@ fn check_survivors(size: usize, two_nodes: bool) {
 fn check_survivors_of(size: usize, two_nodes: bool, mode: &str) {
     use std::os::unix::process::ExitStatusExt;
     let (outs, victim) = death_direct(size, two_nodes, mode);
-    assert_eq!(victim.signal(), Some(libc::SIGKILL), "victim: {victim:?}");
+    assert_eq!(
+        victim.status.signal(),
+        Some(libc::SIGKILL),
+        "victim: {:?}\n{}",
+        victim.status,
+        text(&victim)
+    );
     for out in outs {
         let o = text(&out);
         eprintln!("{o}");

@@ -30,7 +30,7 @@ pub mod reduce_scatter;
 pub mod scan;
 pub mod scatter;
 
-use crate::schedule::Schedule;
+use crate::schedule::{Builder, El, Schedule};
 
 /// The collectives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -349,6 +349,7 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
         Collective::Scan => {
             const L: &[Algorithm] = &[
                 alg("recursive_doubling", scan::recursive_doubling::build),
+                alg("chain", scan::chain::build),
                 SHM_ALG,
             ];
             L
@@ -356,6 +357,7 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
         Collective::Exscan => {
             const L: &[Algorithm] = &[
                 alg("recursive_doubling", scan::recursive_doubling::build_exscan),
+                alg("chain", scan::chain::build_exscan),
                 SHM_ALG,
             ];
             L
@@ -383,6 +385,32 @@ pub(crate) fn split(count: usize, parts: usize) -> Vec<(usize, usize)> {
             b
         })
         .collect()
+}
+
+/// Sends `data` (element units) to `peer` as consecutive messages of at
+/// most `seg` elements; the receiver cuts it the same way with
+/// [`recv_segs`]. Several moderate messages in flight move faster than one
+/// large one where a large message takes a slower protocol (on shared
+/// memory: rendezvous with a copy split between both cores, which in an
+/// exchange where both cores already copy only adds coordination). An
+/// empty block is still one (empty) message.
+pub(crate) fn send_segs(b: &mut Builder, peer: usize, data: El, seg: usize) {
+    for piece in segments(data, seg) {
+        b.send(peer, piece);
+    }
+}
+
+/// Receives what [`send_segs`] sent.
+pub(crate) fn recv_segs(b: &mut Builder, peer: usize, data: El, seg: usize) {
+    for piece in segments(data, seg) {
+        b.recv(peer, piece);
+    }
+}
+
+fn segments((buf, off, len): El, seg: usize) -> impl Iterator<Item = El> {
+    let seg = seg.max(1);
+    let n = len.div_ceil(seg).max(1);
+    (0..n).map(move |i| (buf, off + i * seg, seg.min(len - (i * seg).min(len))))
 }
 
 /// Prefix sums of `counts` (one more entry than `counts`).

@@ -10,6 +10,16 @@
 //! [`progress_hook`] (called by the engine's progress loop) steps, so every
 //! collective in flight advances whatever the caller waits on.
 //!
+//! Scratch buffers come from a per-thread pool and go back to it when the
+//! run is done: a fresh `vec![0u8; n]` per call costs, from glibc's mmap
+//! threshold (128 KiB) on, a page fault per 4 KiB page on first touch and
+//! an munmap per call, which made large scans and reduce-scatters several
+//! times slower than the transfers themselves. Pooled buffers are not
+//! zeroed (the simulator fills scratch with garbage so a schedule that
+//! reads scratch before writing it fails its tests) and are 64-byte
+//! aligned so the reduction kernels never straddle cache lines more than
+//! the user's buffers make them.
+//!
 //! On a failure (a lost peer, a length mismatch) the round is abandoned:
 //! unmatched receives are withdrawn, unfinished sends keep going from a
 //! private copy of their data, and transfers already moving data are
@@ -30,11 +40,13 @@ pub(crate) struct Run {
     sched: Schedule,
     round: usize,
     posted: bool,
+    /// Local steps of the current round already done at posting.
+    early: usize,
     pending: Vec<Token>,
     aborting: bool,
     send: *const u8,
     recv: *mut u8,
-    scratch: Vec<Vec<u8>>,
+    scratch: Vec<Vec<Line>>,
     reduce: Option<ByteReduce>,
     ctx: u32,
     tag: i32,
@@ -92,11 +104,12 @@ impl Run {
                 "schedule reduces but no operation was given".into(),
             ));
         }
-        let scratch = sched.scratch.iter().map(|&n| vec![0u8; n]).collect();
+        let scratch = sched.scratch.iter().map(|&n| pool_take(n)).collect();
         Ok(Run {
             sched,
             round: 0,
             posted: false,
+            early: 0,
             pending: Vec::new(),
             aborting: false,
             send,
@@ -131,7 +144,7 @@ impl Run {
         let base = match s.buf {
             Buf::Send => self.send as *mut u8,
             Buf::Recv => self.recv,
-            Buf::Scratch(i) => self.scratch[i as usize].as_mut_ptr(),
+            Buf::Scratch(i) => self.scratch[i as usize].as_mut_ptr() as *mut u8,
         };
         // SAFETY: `validate` checked `off + len` against the buffer length.
         unsafe { base.add(s.off) }
@@ -352,11 +365,63 @@ impl Run {
                 _ => {}
             }
         }
+        self.early = if std::env::var_os("XEARLY").is_some() {
+            0
+        } else {
+            self.early_local_steps()
+        };
         Ok(())
     }
 
+    /// Carries out, right after the round's messages were posted, the
+    /// leading local steps that touch no byte a receive of the round writes
+    /// and write no byte a send of the round reads: the result is the same
+    /// as running them after the messages (what the schedule says and the
+    /// simulator does), but the copy or reduction overlaps the transfer
+    /// (the peer writes its half of a split rendezvous copy meanwhile)
+    /// instead of following it. Returns how many steps were done, so that
+    /// [`Run::local_steps`] skips them.
+    fn early_local_steps(&mut self) -> usize {
+        let round = &self.sched.rounds[self.round];
+        let overlap = |a: &Slice, b: &Slice| {
+            a.buf == b.buf
+                && a.len > 0
+                && b.len > 0
+                && a.off < b.off + b.len
+                && b.off < a.off + a.len
+        };
+        let clear = |read: &Slice, write: &Slice| {
+            round.iter().all(|m| match m {
+                Step::Recv { data, .. } => !overlap(data, read) && !overlap(data, write),
+                Step::Send { data, .. } => !overlap(data, write),
+                _ => true,
+            })
+        };
+        let mut n = 0;
+        for (i, s) in round.iter().enumerate() {
+            match s {
+                Step::Copy { src, dst } | Step::Reduce { src, dst, .. } => {
+                    if !clear(src, dst) {
+                        break;
+                    }
+                    n = i + 1;
+                }
+                _ => {}
+            }
+        }
+        if n > 0 {
+            self.local_range(0, n);
+        }
+        n
+    }
+
     fn local_steps(&mut self) {
-        for i in 0..self.sched.rounds[self.round].len() {
+        let from = std::mem::take(&mut self.early);
+        self.local_range(from, self.sched.rounds[self.round].len());
+    }
+
+    fn local_range(&mut self, from: usize, to: usize) {
+        for i in from..to {
             let s = self.sched.rounds[self.round][i].clone();
             match s {
                 Step::Copy { src, dst } => {
@@ -382,6 +447,81 @@ impl Run {
             }
         }
     }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        // A run dropped before it is done may still have transfers reading
+        // or writing its scratch; those buffers are not handed to the next
+        // collective (they are freed as before).
+        if self.done && self.pending.is_empty() {
+            for b in self.scratch.drain(..) {
+                pool_give(b);
+            }
+        }
+    }
+}
+
+/// The unit of pooled scratch: one cache line, so buffers are 64-byte
+/// aligned without unsafe allocation code.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub(crate) struct Line([u8; 64]);
+
+/// Buffers larger than this are not kept (a one-off huge collective should
+/// not pin its scratch for the rest of the process).
+const POOL_MAX_BUF: usize = 64 << 20;
+/// Bound on what the pool holds in all (bytes and buffers).
+const POOL_MAX_BYTES: usize = 128 << 20;
+const POOL_MAX_BUFS: usize = 32;
+
+thread_local! {
+    static POOL: RefCell<Vec<Vec<Line>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A buffer of at least `n` bytes: the smallest pooled one that fits, else
+/// a new one (rounded up to whole pages so slightly larger requests later
+/// still fit it).
+fn pool_take(n: usize) -> Vec<Line> {
+    if n == 0 {
+        return Vec::new();
+    }
+    let lines = n.div_ceil(64);
+    let hit = POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        let best = p
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.len() >= lines)
+            .min_by_key(|(_, b)| b.len())
+            .map(|(i, _)| i);
+        best.map(|i| p.swap_remove(i))
+    });
+    hit.unwrap_or_else(|| vec![Line([0; 64]); lines.next_multiple_of(64)])
+}
+
+/// Returns `b` to the pool, evicting the smallest buffers beyond the bounds.
+fn pool_give(b: Vec<Line>) {
+    if b.is_empty() || b.len() * 64 > POOL_MAX_BUF {
+        return;
+    }
+    POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        p.push(b);
+        while p.len() > POOL_MAX_BUFS
+            || p.iter().map(|b| b.len() * 64).sum::<usize>() > POOL_MAX_BYTES
+        {
+            let Some(i) = p
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, b)| b.len())
+                .map(|(i, _)| i)
+            else {
+                break;
+            };
+            p.swap_remove(i);
+        }
+    });
 }
 
 thread_local! {

@@ -84,6 +84,18 @@ fn rule(c: Collective, size: usize, ppn: usize, bytes: usize, alg: &'static str)
     }
 }
 
+/// `r` with pipeline segments of `bytes`.
+fn seg(mut r: Rule, bytes: usize) -> Rule {
+    r.segment_bytes = bytes;
+    r
+}
+
+/// `r` only for communicators spanning two nodes or more.
+fn multi_node(mut r: Rule) -> Rule {
+    r.min_nodes = 2;
+    r
+}
+
 impl Table {
     /// The compiled-in table.
     ///
@@ -133,13 +145,25 @@ impl Table {
             // reduce-scatter + gather (33 vs 105 us; 353 vs 1601 us at
             // 512 KiB).
             rule(Reduce, ANY, ANY, 16 * k, "binomial"),
-            rule(Reduce, ANY, ANY, ANY, "reduce_scatter_gather"),
+            seg(
+                rule(Reduce, ANY, ANY, 64 * k - 1, "reduce_scatter_gather"),
+                ANY,
+            ),
+            // From 64 KiB on 2 ranks of one node: the ring phase in
+            // 32 KiB pieces (eager on shm) instead of one split
+            // rendezvous per block each way: 1 MiB 81 -> 57 us.
+            seg(
+                multi_node(rule(Reduce, ANY, ANY, ANY, "reduce_scatter_gather")),
+                ANY,
+            ),
+            seg(rule(Reduce, 2, ANY, ANY, "reduce_scatter_gather"), 32 * k),
+            seg(rule(Reduce, ANY, ANY, ANY, "reduce_scatter_gather"), ANY),
             // One rank per node: by size. Several nodes with several
             // ranks each: node-aware (1.1 ms like recursive doubling
             // for small vectors over 2 virtual nodes, 7.3 ms vs 8.9
             // (Rabenseifner) and 18 (recursive doubling) at 1 MiB).
             rule(Allreduce, ANY, 1, 32 * k, "recursive_doubling"),
-            rule(Allreduce, 8, 1, 512 * k, "ring"),
+            seg(rule(Allreduce, 8, 1, 512 * k, "ring"), ANY),
             rule(Allreduce, ANY, 1, ANY, "rabenseifner"),
             multi,
             // One node: recursive doubling up to 32 KiB (0.5-2.5 us on
@@ -147,7 +171,12 @@ impl Table {
             // (3.9 vs 11.5 us at 64 KiB on 2; 48 vs 85-126 us at
             // 128 KiB on 4), Rabenseifner beyond.
             rule(Allreduce, ANY, ANY, 32 * k, "recursive_doubling"),
-            rule(Allreduce, 8, ANY, 512 * k, "ring"),
+            seg(rule(Allreduce, 8, ANY, 64 * k - 1, "ring"), ANY),
+            // 2 ranks from 64 KiB: ring in 32 KiB pieces (see alltoall)
+            // at every size, Rabenseifner's halving exchanges are the
+            // same two transfers without the pieces.
+            seg(rule(Allreduce, 2, ANY, ANY, "ring"), 32 * k),
+            seg(rule(Allreduce, 8, ANY, 512 * k, "ring"), ANY),
             rule(Allreduce, ANY, ANY, ANY, "rabenseifner"),
             // Linear gather/scatter beat binomial on few ranks (the
             // root posts everything at once); binomial for many ranks
@@ -163,21 +192,59 @@ impl Table {
             // Recursive doubling for small blocks, ring from 32 KiB
             // (28 vs 63 us; Bruck's extra copies cost 93 us).
             rule(Allgather, ANY, ANY, 8 * k, "recursive_doubling"),
-            rule(Allgather, ANY, ANY, ANY, "ring"),
+            seg(rule(Allgather, ANY, ANY, 64 * k - 1, "ring"), ANY),
+            seg(multi_node(rule(Allgather, ANY, ANY, ANY, "ring")), ANY),
+            seg(rule(Allgather, 2, ANY, ANY, "ring"), 32 * k),
+            seg(rule(Allgather, ANY, ANY, ANY, "ring"), ANY),
             rule(Allgatherv, ANY, ANY, 8 * k, "bruck"),
-            rule(Allgatherv, ANY, ANY, ANY, "ring"),
+            seg(rule(Allgatherv, ANY, ANY, 64 * k - 1, "ring"), ANY),
+            seg(multi_node(rule(Allgatherv, ANY, ANY, ANY, "ring")), ANY),
+            seg(rule(Allgatherv, 2, ANY, ANY, "ring"), 32 * k),
+            seg(rule(Allgatherv, ANY, ANY, ANY, "ring"), ANY),
             // Bruck for tiny blocks (9-16 us vs 10-30), linear with a
             // window from there (13-617 us vs 19-2115 pairwise).
             rule(Alltoall, ANY, ANY, k, "bruck"),
-            rule(Alltoall, ANY, ANY, ANY, "linear"),
-            rule(Alltoallv, ANY, ANY, ANY, "linear"),
+            seg(rule(Alltoall, ANY, ANY, 64 * k - 1, "linear"), ANY),
+            // From 64 KiB on 2 ranks of one node: blocks in 32 KiB
+            // pieces, which shm sends eagerly, pipelined through the
+            // ring with both cores copying; one rendezvous per block
+            // splits each copy between both cores, which in an
+            // exchange (both cores busy already) only adds
+            // coordination: 64 KiB 9.3 -> 3.4 us, 1 MiB 101 -> 67 us.
+            // Not measured on more ranks (oversubscribed here) or
+            // across nodes, which keep whole blocks.
+            seg(multi_node(rule(Alltoall, ANY, ANY, ANY, "linear")), ANY),
+            seg(rule(Alltoall, 2, ANY, ANY, "linear"), 32 * k),
+            seg(rule(Alltoall, ANY, ANY, ANY, "linear"), ANY),
+            // Alltoallv selects with 0 bytes: whole blocks as before.
+            seg(rule(Alltoallv, ANY, ANY, ANY, "linear"), ANY),
             // Recursive halving up to 8 KiB, ring from 32 KiB (120 vs
             // 112 us, then 302 vs 1353 us at 128 KiB).
             rule(ReduceScatter, ANY, ANY, 8 * k, "recursive_halving"),
-            rule(ReduceScatter, ANY, ANY, ANY, "ring"),
+            seg(rule(ReduceScatter, ANY, ANY, 64 * k - 1, "ring"), ANY),
+            seg(multi_node(rule(ReduceScatter, ANY, ANY, ANY, "ring")), ANY),
+            seg(rule(ReduceScatter, 2, ANY, ANY, "ring"), 32 * k),
+            seg(rule(ReduceScatter, ANY, ANY, ANY, "ring"), ANY),
             rule(ReduceScatterBlock, ANY, ANY, 8 * k, "recursive_halving"),
-            rule(ReduceScatterBlock, ANY, ANY, ANY, "ring"),
+            seg(rule(ReduceScatterBlock, ANY, ANY, 64 * k - 1, "ring"), ANY),
+            seg(
+                multi_node(rule(ReduceScatterBlock, ANY, ANY, ANY, "ring")),
+                ANY,
+            ),
+            seg(rule(ReduceScatterBlock, 2, ANY, ANY, "ring"), 32 * k),
+            seg(rule(ReduceScatterBlock, ANY, ANY, ANY, "ring"), ANY),
+            // Chain from 64 KiB on few ranks (n-1 pipelined hops of
+            // the vector vs log2(n) whole-vector exchanges each with
+            // one or two reductions): 2 ranks 64 KiB 7.4 vs 14 us,
+            // 1 MiB ~100 vs ~170 us. 256 KiB segments: on 2 ranks
+            // pieces gain nothing (best whole), more ranks need them
+            // for the pipeline; smaller ones (eager on shm) stall a
+            // rank that only sends once the ring is full.
+            rule(Scan, ANY, ANY, 64 * k - 1, "recursive_doubling"),
+            seg(rule(Scan, 8, ANY, ANY, "chain"), 256 * k),
             rule(Scan, ANY, ANY, ANY, "recursive_doubling"),
+            rule(Exscan, ANY, ANY, 64 * k - 1, "recursive_doubling"),
+            seg(rule(Exscan, 8, ANY, ANY, "chain"), 256 * k),
             rule(Exscan, ANY, ANY, ANY, "recursive_doubling"),
         ]);
         Table { rules }

@@ -113,7 +113,9 @@ pub fn simulate(
             round: 0,
             posted: false,
             pending: 0,
-            scratch: r.sched.scratch.iter().map(|&l| vec![0u8; l]).collect(),
+            // Garbage, not zeros: the engine's scratch comes from a pool
+            // and holds whatever the previous collective left there.
+            scratch: r.sched.scratch.iter().map(|&l| vec![0xA5u8; l]).collect(),
             clock: 0.0,
             round_end: 0.0,
         })

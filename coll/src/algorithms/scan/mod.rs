@@ -1,3 +1,4 @@
 //! Scan and exscan algorithms.
+pub mod chain;
 pub mod recursive_doubling;
 pub(crate) mod shm;
