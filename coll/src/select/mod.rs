@@ -113,27 +113,53 @@ impl Table {
         let k = 1024;
         let mut multi = rule(Allreduce, ANY, ANY, ANY, "node_aware");
         multi.min_nodes = 2;
-        // The shared-memory fast paths come first; they apply only to
-        // blocking calls on a communicator that is one whole node (see
-        // `crate::fastpath`), others fall through to the schedules below.
-        let mut rules: Vec<Rule> = [
-            Barrier,
-            Bcast,
-            Reduce,
-            Allreduce,
-            Gather,
-            Scatter,
-            Allgather,
-            Allgatherv,
-            Alltoall,
-            ReduceScatter,
-            ReduceScatterBlock,
-            Scan,
-            Exscan,
-        ]
-        .into_iter()
-        .map(|c| rule(c, 64, ANY, 8 * k, SHM))
-        .collect();
+        // The shared-memory fast paths (`shm`) apply only to blocking
+        // calls on a communicator that is one whole node, with the data in
+        // the slots (`crate::fastpath`); other calls skip those rules.
+        // Measured here side by side with the schedules (fast paths off by
+        // IBCOLL_SHM_COLL_BYTES=0), medians of 3 runs, 2 ranks pinned and
+        // 4 and 8 oversubscribed (docs/COLLECTIVES.md):
+        // - all-to-all patterns (barrier, allreduce, allgather, alltoall,
+        //   reduce_scatter, scan) win at every size that fits: 2 ranks
+        //   0.3-0.8x, 8 ranks allreduce 8 B 13 vs 70 us;
+        // - rooted ones (bcast, reduce, gather, scatter) win on 2 ranks
+        //   (0.1-0.8x up to 64 KiB), but on more ranks (oversubscribed)
+        //   only from 8 KiB: an eager schedule lets the root run hundreds
+        //   of calls ahead (0.6-1.6 us a call), the slots three (3-7 us);
+        // - allreduce on 2 ranks only to 4 KiB (16-64 KiB: 2.4-5.9 us vs
+        //   2.8-6.8), on 8 ranks to 8 KiB (64 KiB: 308 vs 384 us).
+        let shm = |c, size, bytes| rule(c, size, ANY, bytes, SHM);
+        let mut rules: Vec<Rule> = vec![
+            shm(Barrier, 64, ANY),
+            shm(Bcast, 2, 64 * k),
+            rule(Bcast, ANY, ANY, 4 * k, "binomial"),
+            shm(Bcast, 64, 64 * k),
+            shm(Reduce, 2, 64 * k),
+            rule(Reduce, ANY, ANY, 4 * k, "binomial"),
+            shm(Reduce, 64, 64 * k),
+            shm(Gather, 2, 64 * k),
+            rule(Gather, 15, ANY, 8 * k, "linear"),
+            rule(Gather, ANY, ANY, 2 * k, "binomial"),
+            rule(Gather, ANY, ANY, 8 * k, "linear"),
+            shm(Gather, 64, 64 * k),
+            shm(Scatter, 2, 16 * k),
+            rule(Scatter, 15, ANY, 8 * k, "linear"),
+            rule(Scatter, ANY, ANY, 2 * k, "binomial"),
+            rule(Scatter, ANY, ANY, 8 * k, "linear"),
+            shm(Scatter, 64, 64 * k),
+            shm(Allreduce, 64, 4 * k),
+            rule(Allreduce, 2, ANY, 32 * k, "recursive_doubling"),
+            shm(Allreduce, 64, 8 * k),
+            shm(Allreduce, 4, 64 * k),
+            shm(Allgather, 64, 64 * k),
+            shm(Allgatherv, 64, 64 * k),
+            shm(Alltoall, 2, 16 * k),
+            shm(Alltoall, 64, 8 * k),
+            shm(ReduceScatter, 64, 64 * k),
+            shm(ReduceScatterBlock, 64, 64 * k),
+            shm(Scan, 64, 64 * k),
+            shm(Exscan, 64, 64 * k),
+        ];
         rules.extend([
             rule(Barrier, ANY, ANY, ANY, "dissemination"),
             // Binomial up to 512 KiB on 4 ranks; scatter+allgather
