@@ -33,7 +33,7 @@ pub const REGISTRY: &[Entry] = &[
     e("IBCOLL_SHM_CMA_CHUNK", "1048576", "shm with CMA: bytes per process_vm_readv/writev call (and claim granularity of a split copy); records are handled between chunks"),
     e("IBCOLL_SHM_COLL_BYTES", "65536", "shared-memory collective fast paths: data bytes per publication buffer (each local rank has four in the node segment); a call whose per-rank data does not fit takes a message-based algorithm; 0 turns the fast paths off"),
     e("IBCOLL_MEMBARRIER", "auto", "shm doorbells: auto (when every rank of a node can register for membarrier(2) global expedited barriers, a rank going to sleep issues one and senders skip their memory fence on every message) or off (a fence on every message)"),
-    e("IBCOLL_SPIN", "auto", "busy-poll iterations before yielding (auto: 2000, or 20 when the node is oversubscribed)"),
+    e("IBCOLL_SPIN", "auto", "busy-poll iterations before yielding (auto: 2000, or 0 when the node is oversubscribed)"),
     e("IBCOLL_YIELD", "auto", "sched_yield calls before blocking (auto: 200, or 2000 when the node is oversubscribed)"),
     e("IBCOLL_BLOCK_MS", "100", "longest single block on the doorbell or in poll(2) before re-checking peers (ms)"),
     e("IBCOLL_MIXED_WAIT_US", "200", "with both shm and tcp peers: longest doorbell block before polling the sockets again (us)"),
