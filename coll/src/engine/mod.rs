@@ -468,6 +468,21 @@ impl State {
         }
     }
 
+    /// True while a rendezvous send to `peer` is pending: the peer is (or
+    /// soon will be) copying our data. A scan of the pending operations,
+    /// for the once-per-large-message split decision.
+    pub fn rndv_sends_to(&self, peer: usize) -> bool {
+        self.ops.tokens().any(|t| {
+            matches!(
+                self.ops.get(t),
+                Some(Op {
+                    kind: OpKind::Send { peer: p, hdr, .. },
+                    result: None,
+                }) if *p == peer && hdr.kind == Kind::Rts
+            )
+        })
+    }
+
     /// `n` more bytes of streaming receive `tok` arrived; true if that
     /// completed it.
     pub fn recv_stream_advance(&mut self, tok: u64, n: usize) -> bool {

@@ -20,9 +20,10 @@
 //! chunks. From `split_min` bytes on, both cores copy: when the receiver
 //! begins a message it reads the first half itself and offers the second
 //! half as chunks in a claim slot of the pair ([`ibcoll_shm::rndv`]),
-//! announced to the sender by PUT. It does so only while none of its own
-//! RTSs to that peer is unanswered: otherwise the peer is copying our
-//! messages (a two-way exchange) and both cores are busy already.
+//! announced to the sender by PUT. It does so only while it has no
+//! rendezvous send of its own to that peer pending: otherwise the peer is
+//! copying our messages (a two-way exchange) and both cores are busy
+//! already.
 //! The sender claims chunks and writes them into the receive buffer with
 //! `process_vm_writev`; the receiver, once its own half is done, claims
 //! whatever chunks are left and reads them. So a busy or descheduled
@@ -171,9 +172,6 @@ pub(crate) struct ShmChannel {
     /// Rendezvous messages from this many bytes are copied by CMA, smaller
     /// ones stream through the pipe (when the pair has one).
     pub cma_min: usize,
-    /// RTSs sent and not yet answered by FIN: while any is out, the peer
-    /// is (or soon will be) copying from us, so it is not asked to help.
-    rts_out: u32,
 }
 
 /// The rendezvous and wake-up state of a [`ShmChannel`].
@@ -250,7 +248,6 @@ impl ShmChannel {
             split_min: SPLIT_MIN,
             cma_chunk: CMA_CHUNK,
             cma_min: CMA_MIN,
-            rts_out: 0,
         })
     }
 
@@ -283,7 +280,6 @@ impl ShmChannel {
         if !self.tx.try_push(&[&h, payload]) {
             return false;
         }
-        self.rts_out += u32::from(hdr.kind == Kind::Rts);
         self.ring_peer();
         true
     }
@@ -371,14 +367,15 @@ impl ShmChannel {
     /// not itself busy reading our messages (then both cores copy anyway
     /// and a split only adds coordination), keep the first half and offer
     /// the second to the sender by PUT.
-    fn begin_read(&mut self) {
+    fn begin_read(&mut self, peer: usize, st: &State) {
         let Some(r) = self.slow.reads.front() else {
             return;
         };
         if r.shared || r.off != 0 || self.split_min == 0 || r.end < self.split_min {
             return;
         }
-        if self.rts_out > 0 {
+        // Asked once per message, so the eager path pays nothing for it.
+        if st.rndv_sends_to(peer) {
             return;
         }
         let tok = r.recv_token;
@@ -576,7 +573,7 @@ impl ShmChannel {
     /// the bookkeeping of split receives.
     fn poll_cma(&mut self, peer: usize, st: &mut State) -> usize {
         let mut n = 0;
-        self.begin_read();
+        self.begin_read(peer, st);
         if let Some(r) = self.slow.reads.front_mut() {
             n += 1;
             let tok = r.recv_token;
@@ -732,12 +729,7 @@ impl ShmChannel {
                         data = Some((h, p, k));
                         Ok(())
                     }
-                    Ok(h) => {
-                        if matches!(h.kind, Kind::Fin | Kind::Cts) {
-                            self.rts_out = self.rts_out.saturating_sub(1);
-                        }
-                        st.on_record(peer, info, &h, &bytes[HEADER_LEN..])
-                    }
+                    Ok(h) => st.on_record(peer, info, &h, &bytes[HEADER_LEN..]),
                     Err(e) => Err(format!("bad header on the shm ring: {e}")),
                 };
                 rec.consume();
