@@ -570,6 +570,21 @@ impl State {
     }
 }
 
+/// True if one of the first `k` records of `q` is for `peer`.
+fn ctl_waits_for(q: &VecDeque<Action>, peer: usize, k: usize) -> bool {
+    q.iter()
+        .take(k)
+        .any(|a| matches!(a, Action::Ctl { peer: p, .. } if *p == peer))
+}
+
+/// True if one of the last `k` records of `q` is for `peer`.
+fn ctl_waits_for_last(q: &VecDeque<Action>, peer: usize, k: usize) -> bool {
+    q.iter()
+        .rev()
+        .take(k)
+        .any(|a| matches!(a, Action::Ctl { peer: p, .. } if *p == peer))
+}
+
 /// How a send was posted.
 pub(crate) enum Posted2 {
     /// Handed over completely already (eager into a channel).
@@ -809,7 +824,11 @@ impl Engine {
                 Action::Ctl { peer, hdr, word } => {
                     let w = word.unwrap_or(0).to_le_bytes();
                     let payload: &[u8] = if word.is_some() { &w } else { &[] };
-                    if !self.chans[peer].try_send(&hdr, payload) {
+                    // Never overtake a record of the same peer that found no
+                    // room: the shm pipe pairs streams with CTSs by order.
+                    if ctl_waits_for(&self.ctl_retry, peer, self.ctl_retry.len())
+                        || !self.chans[peer].try_send(&hdr, payload)
+                    {
                         self.ctl_retry.push_back(Action::Ctl { peer, hdr, word });
                     }
                 }
@@ -847,6 +866,7 @@ impl Engine {
     /// Retries control records and queued sends that found no room.
     fn drain_queues(&mut self) -> usize {
         let mut n = 0;
+        let mut again = 0;
         for _ in 0..self.ctl_retry.len() {
             let Some(a) = self.ctl_retry.pop_front() else {
                 break;
@@ -854,10 +874,14 @@ impl Engine {
             if let Action::Ctl { peer, hdr, word } = a {
                 let w = word.unwrap_or(0).to_le_bytes();
                 let payload: &[u8] = if word.is_some() { &w } else { &[] };
-                if self.chans[peer].try_send(&hdr, payload) {
+                // The records put back in this pass are the last `again`;
+                // one of this peer among them must stay ahead of this one.
+                let behind = ctl_waits_for_last(&self.ctl_retry, peer, again);
+                if !behind && self.chans[peer].try_send(&hdr, payload) {
                     n += 1;
                 } else {
                     self.ctl_retry.push_back(Action::Ctl { peer, hdr, word });
+                    again += 1;
                 }
             }
         }
