@@ -29,7 +29,8 @@ pub const REGISTRY: &[Entry] = &[
     e("IBCOLL_SHM_PIPE_SLOTS", "4", "slots per pipelined-copy area (used when CMA is unavailable)"),
     e("IBCOLL_SHM_PIPE_CHUNK", "65536", "bytes per pipelined-copy slot (multiple of 64)"),
     e("IBCOLL_CMA", "auto", "single-copy transfers by process_vm_readv: auto (probe), on, off (always pipelined copy)"),
-    e("IBCOLL_SHM_SPLIT_MIN", "65536", "shm with CMA: rendezvous messages from this many bytes are copied by both sides at once (receiver reads the first half, sender writes the second); 0 = receiver copies alone"),
+    e("IBCOLL_SHM_CMA_MIN", "auto", "shm with CMA: rendezvous messages from this many bytes are copied by CMA; smaller ones stream through the pair's pipelined-copy area (two memcpys, faster here than the kernel's page pinning and copy, but both ranks must progress); auto: 16777216, or 0 (always CMA) when the node is oversubscribed"),
+    e("IBCOLL_SHM_SPLIT_MIN", "65536", "shm with CMA: CMA copies (rendezvous messages from IBCOLL_SHM_CMA_MIN) from this many bytes are done by both sides at once (receiver reads the first half, sender writes the second), unless the receiver has rendezvous sends of its own to that peer pending; 0 = receiver copies alone"),
     e("IBCOLL_SHM_CMA_CHUNK", "1048576", "shm with CMA: bytes per process_vm_readv/writev call (and claim granularity of a split copy); records are handled between chunks"),
     e("IBCOLL_SHM_COLL_BYTES", "65536", "shared-memory collective fast paths: data bytes per publication buffer (each local rank has four in the node segment); a call whose per-rank data does not fit takes a message-based algorithm; 0 turns the fast paths off"),
     e("IBCOLL_MEMBARRIER", "auto", "shm doorbells: auto (when every rank of a node can register for membarrier(2) global expedited barriers, a rank going to sleep issues one and senders skip their memory fence on every message) or off (a fence on every message)"),
@@ -135,6 +136,8 @@ pub struct Config {
     pub pipe_slots: usize,
     pub pipe_chunk: usize,
     pub cma: CmaMode,
+    /// `None` = auto (`IBCOLL_SHM_CMA_MIN`).
+    pub shm_cma_min: Option<usize>,
     pub shm_split_min: usize,
     pub shm_cma_chunk: usize,
     /// Data bytes per collective publication buffer (0: no fast paths).
@@ -284,6 +287,10 @@ impl Config {
             pipe_slots,
             pipe_chunk,
             cma,
+            shm_cma_min: match raw("IBCOLL_SHM_CMA_MIN").trim() {
+                "auto" | "" => None,
+                _ => Some(to_usize("IBCOLL_SHM_CMA_MIN", u64::MAX)?),
+            },
             shm_split_min: to_usize("IBCOLL_SHM_SPLIT_MIN", u64::MAX)?,
             shm_cma_chunk: to_usize("IBCOLL_SHM_CMA_CHUNK", 1 << 30)?.max(4096),
             shm_coll_bytes: to_usize("IBCOLL_SHM_COLL_BYTES", 1 << 28)?,

@@ -365,6 +365,17 @@ impl Engine {
                 .map_err(|e| shm_err(rank, e))?;
                 ch.split_min = cfg.shm_split_min;
                 ch.cma_chunk = cfg.shm_cma_chunk;
+                // The pipe needs both ranks running at once; CMA does not.
+                // Counted against the node's CPUs, not this rank's affinity
+                // mask (a bound rank sees one CPU).
+                // SAFETY: sysconf has no preconditions.
+                let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+                let cma_min = if local_size as i64 > cpus {
+                    0
+                } else {
+                    16 << 20
+                };
+                ch.cma_min = cfg.shm_cma_min.unwrap_or(cma_min);
                 chans[r] = Some(Channel::Shm(ch));
                 shm_peers.push(r);
             } else if rdma_pair(rank, r) && rdma.as_ref().is_some_and(|s| s.has(r)) {

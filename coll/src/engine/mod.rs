@@ -468,6 +468,21 @@ impl State {
         }
     }
 
+    /// True while a rendezvous send to `peer` is pending: the peer is (or
+    /// soon will be) copying our data. A scan of the pending operations,
+    /// for the once-per-large-message split decision.
+    pub fn rndv_sends_to(&self, peer: usize) -> bool {
+        self.ops.tokens().any(|t| {
+            matches!(
+                self.ops.get(t),
+                Some(Op {
+                    kind: OpKind::Send { peer: p, hdr, .. },
+                    result: None,
+                }) if *p == peer && hdr.kind == Kind::Rts
+            )
+        })
+    }
+
     /// `n` more bytes of streaming receive `tok` arrived; true if that
     /// completed it.
     pub fn recv_stream_advance(&mut self, tok: u64, n: usize) -> bool {
@@ -553,6 +568,21 @@ impl State {
             }
         }
     }
+}
+
+/// True if one of the first `k` records of `q` is for `peer`.
+fn ctl_waits_for(q: &VecDeque<Action>, peer: usize, k: usize) -> bool {
+    q.iter()
+        .take(k)
+        .any(|a| matches!(a, Action::Ctl { peer: p, .. } if *p == peer))
+}
+
+/// True if one of the last `k` records of `q` is for `peer`.
+fn ctl_waits_for_last(q: &VecDeque<Action>, peer: usize, k: usize) -> bool {
+    q.iter()
+        .rev()
+        .take(k)
+        .any(|a| matches!(a, Action::Ctl { peer: p, .. } if *p == peer))
 }
 
 /// How a send was posted.
@@ -794,7 +824,11 @@ impl Engine {
                 Action::Ctl { peer, hdr, word } => {
                     let w = word.unwrap_or(0).to_le_bytes();
                     let payload: &[u8] = if word.is_some() { &w } else { &[] };
-                    if !self.chans[peer].try_send(&hdr, payload) {
+                    // Never overtake a record of the same peer that found no
+                    // room: the shm pipe pairs streams with CTSs by order.
+                    if ctl_waits_for(&self.ctl_retry, peer, self.ctl_retry.len())
+                        || !self.chans[peer].try_send(&hdr, payload)
+                    {
                         self.ctl_retry.push_back(Action::Ctl { peer, hdr, word });
                     }
                 }
@@ -832,6 +866,7 @@ impl Engine {
     /// Retries control records and queued sends that found no room.
     fn drain_queues(&mut self) -> usize {
         let mut n = 0;
+        let mut again = 0;
         for _ in 0..self.ctl_retry.len() {
             let Some(a) = self.ctl_retry.pop_front() else {
                 break;
@@ -839,10 +874,14 @@ impl Engine {
             if let Action::Ctl { peer, hdr, word } = a {
                 let w = word.unwrap_or(0).to_le_bytes();
                 let payload: &[u8] = if word.is_some() { &w } else { &[] };
-                if self.chans[peer].try_send(&hdr, payload) {
+                // The records put back in this pass are the last `again`;
+                // one of this peer among them must stay ahead of this one.
+                let behind = ctl_waits_for_last(&self.ctl_retry, peer, again);
+                if !behind && self.chans[peer].try_send(&hdr, payload) {
                     n += 1;
                 } else {
                     self.ctl_retry.push_back(Action::Ctl { peer, hdr, word });
+                    again += 1;
                 }
             }
         }

@@ -3,13 +3,27 @@
 //! the peer is awake), and for rendezvous either a single copy by CMA or a
 //! pipelined copy through the pair's pipe area.
 //!
+//! # Rendezvous through the pipe
+//! A rendezvous message below `cma_min` bytes (16 MiB unless the node is
+//! oversubscribed) is not copied by CMA even when CMA works: the receiver
+//! answers CTS and the sender streams it through the pair's pipe area,
+//! two memcpys that overlap chunk by chunk. On this machine that is about
+//! twice as fast as `process_vm_readv`, which spends a third of its time
+//! pinning and walking the sender's pages and copies slower than an AVX
+//! memcpy. It needs both ranks to progress, so an oversubscribed node,
+//! where a rank may be descheduled, copies by CMA from the eager limit on.
+//!
 //! # Rendezvous by CMA
 //! The receiver, once an RTS matched, copies the sender's buffer with
 //! `process_vm_readv` in chunks of `cma_chunk` bytes, one chunk per poll,
 //! so records that arrive meanwhile (FINs, new RTSs) are handled between
-//! chunks. From `split_min` bytes on, both cores copy: the receiver reads
-//! the first half itself and offers the second half as chunks in a claim
-//! slot of the pair ([`ibcoll_shm::rndv`]), announced to the sender by PUT.
+//! chunks. From `split_min` bytes on, both cores copy: when the receiver
+//! begins a message it reads the first half itself and offers the second
+//! half as chunks in a claim slot of the pair ([`ibcoll_shm::rndv`]),
+//! announced to the sender by PUT. It does so only while it has no
+//! rendezvous send of its own to that peer pending: otherwise the peer is
+//! copying our messages (a two-way exchange) and both cores are busy
+//! already.
 //! The sender claims chunks and writes them into the receive buffer with
 //! `process_vm_writev`; the receiver, once its own half is done, claims
 //! whatever chunks are left and reads them. So a busy or descheduled
@@ -41,6 +55,10 @@ const POLL_BATCH: usize = 32;
 
 /// Bytes copied by one CMA call (one per poll and direction).
 pub(crate) const CMA_CHUNK: usize = 1 << 20;
+
+/// Smallest rendezvous message copied by CMA (when the pair also has a
+/// pipe).
+pub(crate) const CMA_MIN: usize = 16 << 20;
 
 /// Smallest rendezvous message whose copy is split between receiver and
 /// sender.
@@ -92,6 +110,8 @@ struct RndvIn {
     send_token: u64,
     remote: usize,
     buf: *mut u8,
+    /// Bytes to copy in all.
+    wanted: usize,
     offer: Option<Offer>,
     err: Option<crate::error::Error>,
 }
@@ -149,6 +169,9 @@ pub(crate) struct ShmChannel {
     /// Split copies from this many bytes (0: never).
     pub split_min: usize,
     pub cma_chunk: usize,
+    /// Rendezvous messages from this many bytes are copied by CMA, smaller
+    /// ones stream through the pipe (when the pair has one).
+    pub cma_min: usize,
 }
 
 /// The rendezvous and wake-up state of a [`ShmChannel`].
@@ -224,6 +247,7 @@ impl ShmChannel {
             health: Health::Open,
             split_min: SPLIT_MIN,
             cma_chunk: CMA_CHUNK,
+            cma_min: CMA_MIN,
         })
     }
 
@@ -290,6 +314,12 @@ impl ShmChannel {
     }
 
     /// Receiver side: see [`super::Channel::start_cma_read`].
+    ///
+    /// Whether the copy is split is decided only when it begins (see
+    /// [`ShmChannel::begin_read`]): a window of RTSs arrives at once, and
+    /// offering them all up front would tie up every claim slot with
+    /// messages the receiver will not reach for a while, leaving the
+    /// later ones unsplit.
     pub fn start_cma_read(
         &mut self,
         recv_token: Token,
@@ -298,51 +328,28 @@ impl ShmChannel {
         buf: *mut u8,
         wanted: usize,
     ) {
+        if wanted < self.cma_min && self.slow.pipe_tx.is_some() && self.slow.pipe_rx.is_some() {
+            // Two user-space copies through the pipe beat the kernel's
+            // single copy here: process_vm_readv pins and walks every page
+            // (a third of its time) and copies slower than memcpy.
+            self.expect_stream(recv_token, wanted);
+            let mut cts = Header::new(Kind::Cts);
+            cts.seq = send_token;
+            cts.len = wanted as u64;
+            let mut p = [0u8; CTL_MAX];
+            p[..8].copy_from_slice(&recv_token.to_le_bytes());
+            self.send_ctl(cts, p, 8);
+            return;
+        }
         self.busy = true;
         let remote = addr as usize;
-        // Split on a page boundary, so each side walks its own pages.
-        let half = if self.split_min > 0 && wanted >= self.split_min {
-            (wanted / 2) & !4095
-        } else {
-            0
-        };
-        let offer = match self.slow.free_slots.pop() {
-            Some(slot) if half > 0 => {
-                let gen = self.node.claim_slot(self.peer_local, self.me, slot).offer();
-                let offer = Offer {
-                    slot,
-                    gen,
-                    start: half,
-                    len: wanted - half,
-                    chunk: self.cma_chunk,
-                };
-                let mut put = Header::new(Kind::Data);
-                put.tag = TAG_PUT;
-                put.seq = send_token;
-                put.len = offer.len as u64;
-                put.src = slot as u32;
-                put.ctx = gen;
-                let mut p = [0u8; CTL_MAX];
-                p[..8].copy_from_slice(&(buf as u64 + half as u64).to_le_bytes());
-                p[8..16].copy_from_slice(&(half as u64).to_le_bytes());
-                p[16..24].copy_from_slice(&recv_token.to_le_bytes());
-                p[24..].copy_from_slice(&(offer.chunk as u64).to_le_bytes());
-                self.send_ctl(put, p, CTL_MAX);
-                Some(offer)
-            }
-            Some(slot) => {
-                self.slow.free_slots.push(slot);
-                None
-            }
-            None => None,
-        };
-        let mine = if offer.is_some() { half } else { wanted };
         self.slow.rndv_in.push(RndvIn {
             recv_token,
             send_token,
             remote,
             buf,
-            offer,
+            wanted,
+            offer: None,
             err: None,
         });
         self.slow.reads.push_back(CmaRead {
@@ -350,9 +357,65 @@ impl ShmChannel {
             remote,
             buf,
             off: 0,
-            end: mine,
+            end: wanted,
             shared: false,
         });
+    }
+
+    /// Receiver: the copy of a whole receive (the front read, not yet
+    /// begun) starts now. If the message is large enough and the sender is
+    /// not itself busy reading our messages (then both cores copy anyway
+    /// and a split only adds coordination), keep the first half and offer
+    /// the second to the sender by PUT.
+    fn begin_read(&mut self, peer: usize, st: &State) {
+        let Some(r) = self.slow.reads.front() else {
+            return;
+        };
+        if r.shared || r.off != 0 || self.split_min == 0 || r.end < self.split_min {
+            return;
+        }
+        // Asked once per message, so the eager path pays nothing for it.
+        if st.rndv_sends_to(peer) {
+            return;
+        }
+        let tok = r.recv_token;
+        let Some(i) = self.slow.rndv_in.iter().position(|x| x.recv_token == tok) else {
+            return;
+        };
+        let wanted = self.slow.rndv_in[i].wanted;
+        // Split on a page boundary, so each side walks its own pages.
+        let half = (wanted / 2) & !4095;
+        if half == 0 || r.end != wanted || self.slow.rndv_in[i].offer.is_some() {
+            return;
+        }
+        let Some(slot) = self.slow.free_slots.pop() else {
+            return;
+        };
+        let gen = self.node.claim_slot(self.peer_local, self.me, slot).offer();
+        let offer = Offer {
+            slot,
+            gen,
+            start: half,
+            len: wanted - half,
+            chunk: self.cma_chunk,
+        };
+        let rin = &self.slow.rndv_in[i];
+        let mut put = Header::new(Kind::Data);
+        put.tag = TAG_PUT;
+        put.seq = rin.send_token;
+        put.len = offer.len as u64;
+        put.src = slot as u32;
+        put.ctx = gen;
+        let mut p = [0u8; CTL_MAX];
+        p[..8].copy_from_slice(&(rin.buf as u64 + half as u64).to_le_bytes());
+        p[8..16].copy_from_slice(&(half as u64).to_le_bytes());
+        p[16..24].copy_from_slice(&tok.to_le_bytes());
+        p[24..].copy_from_slice(&(offer.chunk as u64).to_le_bytes());
+        self.slow.rndv_in[i].offer = Some(offer);
+        if let Some(r) = self.slow.reads.front_mut() {
+            r.end = half;
+        }
+        self.send_ctl(put, p, CTL_MAX);
     }
 
     /// A CMA transfer found the peer process gone: the channel fails (so
@@ -510,6 +573,7 @@ impl ShmChannel {
     /// the bookkeeping of split receives.
     fn poll_cma(&mut self, peer: usize, st: &mut State) -> usize {
         let mut n = 0;
+        self.begin_read(peer, st);
         if let Some(r) = self.slow.reads.front_mut() {
             n += 1;
             let tok = r.recv_token;
