@@ -67,7 +67,7 @@ impl<T> std::fmt::Debug for ReduceOp<T> {
 }
 
 /// Element types that reduction operations apply to.
-pub trait Reducible: Datatype {
+pub trait Reducible: Datatype + 'static {
     /// `op(a, b)`, or `None` when `op` does not apply to this type.
     fn combine(op: &ReduceOp<Self>, a: Self, b: Self) -> Option<Self>;
     /// Whether `op` applies to this type.
@@ -131,8 +131,34 @@ float_reducible!(f32, f64);
 /// multiples of the element size (checked by the schedule).
 pub type ByteReduce = Rc<dyn Fn(&mut [u8], &[u8], bool)>;
 
+thread_local! {
+    /// Kernels of the built-in operations, made once per type and
+    /// operation: a small collective would otherwise spend an allocation
+    /// per call on its kernel.
+    static KERNELS: std::cell::RefCell<Vec<(std::any::TypeId, &'static str, ByteReduce)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// The byte-level kernel of `op` on `T`.
 pub fn byte_reduce<T: Reducible>(op: ReduceOp<T>) -> ByteReduce {
+    if matches!(op, ReduceOp::User(_)) {
+        return make_kernel(op);
+    }
+    let (ty, name) = (std::any::TypeId::of::<T>(), op.name());
+    let hit = KERNELS.with(|k| {
+        k.borrow()
+            .iter()
+            .find(|e| e.0 == ty && e.1 == name)
+            .map(|e| e.2.clone())
+    });
+    hit.unwrap_or_else(|| {
+        let kernel = make_kernel(op);
+        KERNELS.with(|k| k.borrow_mut().push((ty, name, kernel.clone())));
+        kernel
+    })
+}
+
+fn make_kernel<T: Reducible>(op: ReduceOp<T>) -> ByteReduce {
     Rc::new(move |dst: &mut [u8], src: &[u8], src_left: bool| {
         let sz = std::mem::size_of::<T>();
         let n = dst.len().min(src.len()) / sz;

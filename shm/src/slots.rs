@@ -35,7 +35,7 @@ use crate::node::NodeSegment;
 pub const SLOT_HEADER: usize = 16;
 
 /// Buffers per rank.
-pub const SLOT_BUFFERS: usize = 4;
+pub const SLOT_BUFFERS: usize = 8;
 
 /// The header of one buffer.
 #[repr(C)]

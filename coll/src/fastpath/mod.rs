@@ -35,6 +35,11 @@ use crate::engine::Engine;
 use crate::error::{Error, Op, Result};
 use crate::transport::{Channel, Health};
 
+/// Ranks whose arrival only releases buffers publish it every this many
+/// calls ([`FastCall::arrive_lazy`]); at most `SLOT_BUFFERS / 2`, so a
+/// writer waiting for it never waits on a call it has not reached.
+const ARRIVE_EVERY: u64 = (SLOT_BUFFERS / 2) as u64;
+
 /// Iterations of the tight spin on a flag before the engine's wait loop
 /// (which polls the channels on every pass) takes over.
 const FLAG_SPIN: u32 = 256;
@@ -133,6 +138,10 @@ impl<'a> FastCall<'a> {
         let b = SLOT_BUFFERS as u64;
         if self.k > b {
             let need = self.k - b + 1;
+            // The latest call a member can have published, and the latest
+            // one every member publishes (lazy arrivals skip the others).
+            let latest = self.k - 1;
+            let sure = latest - latest % ARRIVE_EVERY;
             for r in 0..self.size() {
                 if r == self.me {
                     continue;
@@ -141,13 +150,19 @@ impl<'a> FastCall<'a> {
                 if self.e.fast.seen[l] >= need {
                     continue;
                 }
-                // Learn the member's latest arrival (call k - 1 at most),
-                // so the next calls need not look again.
-                if self.area.header(l, self.k - 1).seq() >= self.k - 1 {
-                    self.e.fast.seen[l] = self.k - 1;
+                // Learn the member's latest arrival, so the next calls need
+                // not look again.
+                if self.area.header(l, latest).seq() >= latest {
+                    self.e.fast.seen[l] = latest;
                     continue;
                 }
-                self.wait_seq(r, need)?;
+                if sure >= need && self.area.header(l, sure).seq() >= sure {
+                    self.e.fast.seen[l] = sure;
+                    continue;
+                }
+                // Published at `need` itself, or at the next call every
+                // member publishes (before `latest`, so no deadlock).
+                self.wait_any(r, need, need.next_multiple_of(ARRIVE_EVERY))?;
             }
         }
         Ok(self.area.data(self.locals[self.me], self.k))
@@ -172,6 +187,18 @@ impl<'a> FastCall<'a> {
     pub fn arrive(&mut self) -> Result<()> {
         self.claim()?;
         self.publish(0);
+        Ok(())
+    }
+
+    /// Arrival of a rank whose buffer nobody reads this call (a bcast or
+    /// scatter reader, a gather or reduce root): it only lets the writers
+    /// reuse their buffers, so it is published every `ARRIVE_EVERY` calls,
+    /// which spares the reader a cache-line transfer the writer would
+    /// otherwise pull back on most calls.
+    pub fn arrive_lazy(&mut self) -> Result<()> {
+        if self.k % ARRIVE_EVERY == 0 {
+            self.arrive()?;
+        }
         Ok(())
     }
 
@@ -206,25 +233,34 @@ impl<'a> FastCall<'a> {
 
     /// Waits until member `r` has published call `want` (or a later one).
     fn wait_seq(&mut self, r: usize, want: u64) -> Result<()> {
+        self.wait_any(r, want, want)
+    }
+
+    /// Waits until member `r` has published call `a` or call `b` (or a
+    /// later one in the same buffer), and records `min(a, b)` as seen.
+    fn wait_any(&mut self, r: usize, a: u64, b: u64) -> Result<()> {
         let l = self.locals[r];
+        let want = a.min(b);
         if self.e.fast.seen[l] >= want {
             return Ok(());
         }
-        // The buffer of call `want` holds want - SLOT_BUFFERS, want, ...:
-        // a member is never SLOT_BUFFERS calls ahead of us, so `>=` is exact.
-        let h = self.area.header(l, want);
-        let mut ok = h.seq() >= want;
+        // The buffer of call `x` holds x - SLOT_BUFFERS, x, ...: a member
+        // is never SLOT_BUFFERS calls ahead of a rank that waits on it, so
+        // `>=` is exact.
+        let (ha, hb) = (self.area.header(l, a), self.area.header(l, b));
+        let done = || ha.seq() >= a || hb.seq() >= b;
+        let mut ok = done();
         let mut spin = FLAG_SPIN.min(self.e.spins);
         while !ok && spin > 0 {
             std::hint::spin_loop();
             spin -= 1;
-            ok = h.seq() >= want;
+            ok = done();
         }
         if !ok {
             let w = self.group[r];
             self.e
-                .wait_until(|e| h.seq() >= want || !matches!(e.chans[w].health(), Health::Open));
-            ok = h.seq() >= want;
+                .wait_until(|e| done() || !matches!(e.chans[w].health(), Health::Open));
+            ok = done();
             if !ok {
                 return Err(self.e.peer_lost(w, self.op).unwrap_or(Error::PeerLost {
                     rank: self.e.rank(),

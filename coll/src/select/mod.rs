@@ -125,7 +125,7 @@ impl Table {
         // - rooted ones (bcast, reduce, gather, scatter) win on 2 ranks
         //   (0.1-0.8x up to 64 KiB), but on more ranks (oversubscribed)
         //   only from 8 KiB: an eager schedule lets the root run hundreds
-        //   of calls ahead (0.6-1.6 us a call), the slots three (3-7 us);
+        //   of calls ahead (0.6-1.6 us a call), the slots a few (3-7 us);
         // - allreduce on 2 ranks only to 4 KiB (16-64 KiB: 2.4-5.9 us vs
         //   2.8-6.8), on 8 ranks to 8 KiB (64 KiB: 308 vs 384 us).
         let shm = |c, size, bytes| rule(c, size, ANY, bytes, SHM);

@@ -15,7 +15,7 @@ pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
         unsafe { copy(dst, slot, len) };
         f.publish(len);
     } else {
-        f.arrive()?;
+        f.arrive_lazy()?;
         let src = f.data_of(io.root, len)?;
         // SAFETY: the root's published buffer holds `len` bytes (checked by
         // `data_of`) and stays until we arrive at the next call.

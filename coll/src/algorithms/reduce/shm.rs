@@ -26,7 +26,7 @@ pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
         f.publish(len);
         slot as *const u8
     } else {
-        f.arrive()?;
+        f.arrive_lazy()?;
         input
     };
     let n = f.size();

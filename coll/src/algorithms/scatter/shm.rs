@@ -22,7 +22,7 @@ pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
         }
         return Ok(());
     }
-    f.arrive()?;
+    f.arrive_lazy()?;
     let src = f.data_of(io.root, n * len)?;
     let dst = io.recv_at(0, len)?;
     // SAFETY: our block lies inside the root's published `n * len` bytes.
