@@ -38,6 +38,17 @@ pub struct Slice {
     pub len: usize,
 }
 
+impl Slice {
+    /// Whether the two slices share a byte.
+    pub fn overlaps(&self, other: &Slice) -> bool {
+        self.buf == other.buf
+            && self.len > 0
+            && other.len > 0
+            && self.off < other.off + other.len
+            && other.off < self.off + self.len
+    }
+}
+
 /// One step of a round.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
@@ -124,13 +135,7 @@ impl Schedule {
             }
             Ok(())
         };
-        let overlap = |a: &Slice, b: &Slice| {
-            a.buf == b.buf
-                && a.len > 0
-                && b.len > 0
-                && a.off < b.off + b.len
-                && b.off < a.off + a.len
-        };
+        let overlap = |a: &Slice, b: &Slice| a.overlaps(b);
         for (i, round) in self.rounds.iter().enumerate() {
             for s in round {
                 match s {

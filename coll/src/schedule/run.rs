@@ -383,13 +383,7 @@ impl Run {
     /// [`Run::local_steps`] skips them.
     fn early_local_steps(&mut self) -> usize {
         let round = &self.sched.rounds[self.round];
-        let overlap = |a: &Slice, b: &Slice| {
-            a.buf == b.buf
-                && a.len > 0
-                && b.len > 0
-                && a.off < b.off + b.len
-                && b.off < a.off + a.len
-        };
+        let overlap = |a: &Slice, b: &Slice| a.overlaps(b);
         let clear = |read: &Slice, write: &Slice| {
             round.iter().all(|m| match m {
                 Step::Recv { data, .. } => !overlap(data, read) && !overlap(data, write),

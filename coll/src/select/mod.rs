@@ -90,6 +90,20 @@ fn seg(mut r: Rule, bytes: usize) -> Rule {
     r
 }
 
+/// `alg` for `c` from 64 KiB per rank in 32 KiB pieces on 2 ranks of one
+/// node (eager on shm, pipelined through the ring; measured in
+/// docs/COLLECTIVES.md), with whole blocks below 64 KiB, across nodes and on
+/// more ranks (not measured there).
+fn pieces_on_two(c: Collective, alg: &'static str) -> [Rule; 4] {
+    let k = 1024;
+    [
+        seg(rule(c, ANY, ANY, 64 * k - 1, alg), ANY),
+        seg(multi_node(rule(c, ANY, ANY, ANY, alg)), ANY),
+        seg(rule(c, 2, ANY, ANY, alg), 32 * k),
+        seg(rule(c, ANY, ANY, ANY, alg), ANY),
+    ]
+}
+
 /// `r` only for communicators spanning two nodes or more.
 fn multi_node(mut r: Rule) -> Rule {
     r.min_nodes = 2;
@@ -218,47 +232,38 @@ impl Table {
             // Recursive doubling for small blocks, ring from 32 KiB
             // (28 vs 63 us; Bruck's extra copies cost 93 us).
             rule(Allgather, ANY, ANY, 8 * k, "recursive_doubling"),
-            seg(rule(Allgather, ANY, ANY, 64 * k - 1, "ring"), ANY),
-            seg(multi_node(rule(Allgather, ANY, ANY, ANY, "ring")), ANY),
-            seg(rule(Allgather, 2, ANY, ANY, "ring"), 32 * k),
-            seg(rule(Allgather, ANY, ANY, ANY, "ring"), ANY),
-            rule(Allgatherv, ANY, ANY, 8 * k, "bruck"),
-            seg(rule(Allgatherv, ANY, ANY, 64 * k - 1, "ring"), ANY),
-            seg(multi_node(rule(Allgatherv, ANY, ANY, ANY, "ring")), ANY),
-            seg(rule(Allgatherv, 2, ANY, ANY, "ring"), 32 * k),
-            seg(rule(Allgatherv, ANY, ANY, ANY, "ring"), ANY),
+        ]);
+        rules.extend(pieces_on_two(Allgather, "ring"));
+        rules.push(rule(Allgatherv, ANY, ANY, 8 * k, "bruck"));
+        rules.extend(pieces_on_two(Allgatherv, "ring"));
+        rules.extend([
             // Bruck for tiny blocks (9-16 us vs 10-30), linear with a
             // window from there (13-617 us vs 19-2115 pairwise).
             rule(Alltoall, ANY, ANY, k, "bruck"),
-            seg(rule(Alltoall, ANY, ANY, 64 * k - 1, "linear"), ANY),
-            // From 64 KiB on 2 ranks of one node: blocks in 32 KiB
-            // pieces, which shm sends eagerly, pipelined through the
-            // ring with both cores copying; one rendezvous per block
-            // splits each copy between both cores, which in an
-            // exchange (both cores busy already) only adds
-            // coordination: 64 KiB 9.3 -> 3.4 us, 1 MiB 101 -> 67 us.
-            // Not measured on more ranks (oversubscribed here) or
-            // across nodes, which keep whole blocks.
-            seg(multi_node(rule(Alltoall, ANY, ANY, ANY, "linear")), ANY),
-            seg(rule(Alltoall, 2, ANY, ANY, "linear"), 32 * k),
-            seg(rule(Alltoall, ANY, ANY, ANY, "linear"), ANY),
+        ]);
+        // From 64 KiB on 2 ranks of one node: blocks in 32 KiB pieces,
+        // which shm sends eagerly, pipelined through the ring with both
+        // cores copying; one rendezvous per block splits each copy between
+        // both cores, which in an exchange (both cores busy already) only
+        // adds coordination: 64 KiB 9.3 -> 3.4 us, 1 MiB 101 -> 67 us.
+        rules.extend(pieces_on_two(Alltoall, "linear"));
+        rules.extend([
             // Alltoallv selects with 0 bytes: whole blocks as before.
             seg(rule(Alltoallv, ANY, ANY, ANY, "linear"), ANY),
             // Recursive halving up to 8 KiB, ring from 32 KiB (120 vs
             // 112 us, then 302 vs 1353 us at 128 KiB).
             rule(ReduceScatter, ANY, ANY, 8 * k, "recursive_halving"),
-            seg(rule(ReduceScatter, ANY, ANY, 64 * k - 1, "ring"), ANY),
-            seg(multi_node(rule(ReduceScatter, ANY, ANY, ANY, "ring")), ANY),
-            seg(rule(ReduceScatter, 2, ANY, ANY, "ring"), 32 * k),
-            seg(rule(ReduceScatter, ANY, ANY, ANY, "ring"), ANY),
-            rule(ReduceScatterBlock, ANY, ANY, 8 * k, "recursive_halving"),
-            seg(rule(ReduceScatterBlock, ANY, ANY, 64 * k - 1, "ring"), ANY),
-            seg(
-                multi_node(rule(ReduceScatterBlock, ANY, ANY, ANY, "ring")),
-                ANY,
-            ),
-            seg(rule(ReduceScatterBlock, 2, ANY, ANY, "ring"), 32 * k),
-            seg(rule(ReduceScatterBlock, ANY, ANY, ANY, "ring"), ANY),
+        ]);
+        rules.extend(pieces_on_two(ReduceScatter, "ring"));
+        rules.push(rule(
+            ReduceScatterBlock,
+            ANY,
+            ANY,
+            8 * k,
+            "recursive_halving",
+        ));
+        rules.extend(pieces_on_two(ReduceScatterBlock, "ring"));
+        rules.extend([
             // Chain from 64 KiB on few ranks (n-1 pipelined hops of
             // the vector vs log2(n) whole-vector exchanges each with
             // one or two reductions): 2 ranks 64 KiB 7.4 vs 14 us,
