@@ -1,43 +1,52 @@
 //! Publication slots: the area behind shared-memory fast paths.
 //!
-//! Every local rank owns [`SLOT_BUFFERS`] buffers, used in turn by
-//! successive operations numbered 1, 2, 3, ... (operation `k` uses buffer
-//! `k % SLOT_BUFFERS`).
-//! Each buffer is a header — the number of the operation whose data it
-//! holds, and that data's length — followed by up to `cap` bytes of data.
-//! The owner writes the data and length, then stores the sequence number
-//! with Release; readers poll it with Acquire, so data and length are
-//! visible once the number is. The data starts 16 bytes into the header's
-//! cache line, so a small publication travels as one line.
+//! Successive operations are numbered 1, 2, 3, ...; for operation `k`
+//! every local rank owns one *line*, entry `k % SLOT_LINES` of its ring of
+//! [`SLOT_LINES`] cache lines: the number of the operation (stored last,
+//! with Release; readers poll it with Acquire), the data's length, and up
+//! to [`SLOT_INLINE`] bytes of data in the same line. Larger data goes to
+//! buffer `k % SLOT_BUFFERS` of the rank's [`SLOT_BUFFERS`] big buffers of
+//! `cap` bytes each. A small publication thus travels as one line, and the
+//! lines of successive operations are adjacent, as in a message ring.
 //!
 //! Reuse rule (kept by the user of the slots, not checked here): the owner
-//! may overwrite its buffer for operation `k` once every reader has
-//! published a number of at least `k - SLOT_BUFFERS + 1`, because a rank
+//! may write its line for operation `k` once every reader has published a
+//! number of at least `k - SLOT_LINES + 1`, and its big buffer once every
+//! reader has published at least `k - SLOT_BUFFERS + 1`, because a rank
 //! publishes `j` only after it finished reading everything of the
-//! operations before `j`. More than two buffers let a rank that only
-//! writes (a broadcast root) run ahead of its readers for a few calls
-//! instead of waiting for each of them every call.
+//! operations before `j`. The depth lets a rank that only writes (a
+//! broadcast root) run ahead of its readers instead of waiting for them.
 //!
 //! ```text
-//! rank r, buffer b:  base + (SLOT_BUFFERS r + b) * stride
+//! rank r, line of k:        base + r * LINES_BYTES + (k % SLOT_LINES) * 64
 //!   +0   seq  (u64, Release/Acquire)
 //!   +8   len  (u64)
-//!   +16  data (cap bytes)
+//!   +16  data (len <= SLOT_INLINE)
+//! rank r, big buffer of k:  base + ranks * LINES_BYTES
+//!                                + (SLOT_BUFFERS r + k % SLOT_BUFFERS) * stride
 //! ```
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Result, ShmError};
-use crate::layout::FALSE_SHARING_STRIDE;
+use crate::layout::{CACHE_LINE, FALSE_SHARING_STRIDE};
 use crate::node::NodeSegment;
 
-/// Bytes before the data of each buffer.
+/// Bytes before the inline data of a line.
 pub const SLOT_HEADER: usize = 16;
 
-/// Buffers per rank.
+/// Data bytes that fit in a line.
+pub const SLOT_INLINE: usize = CACHE_LINE - SLOT_HEADER;
+
+/// Lines per rank.
+pub const SLOT_LINES: usize = 64;
+
+/// Big buffers per rank.
 pub const SLOT_BUFFERS: usize = 8;
 
-/// The header of one buffer.
+const LINES_BYTES: usize = SLOT_LINES * CACHE_LINE;
+
+/// The header of one line.
 #[repr(C)]
 pub struct SlotHeader {
     seq: AtomicU64,
@@ -45,7 +54,7 @@ pub struct SlotHeader {
 }
 
 impl SlotHeader {
-    /// The operation whose data the buffer holds (0: none yet).
+    /// The operation whose data the line holds (0: none yet).
     #[inline]
     pub fn seq(&self) -> u64 {
         self.seq.load(Ordering::Acquire)
@@ -85,13 +94,13 @@ pub struct SlotArea<'a> {
 
 impl<'a> SlotArea<'a> {
     fn stride(cap: usize) -> usize {
-        (SLOT_HEADER + cap).next_multiple_of(FALSE_SHARING_STRIDE)
+        cap.max(1).next_multiple_of(FALSE_SHARING_STRIDE)
     }
 
-    /// Bytes the slots of `ranks` ranks with `cap` data bytes per buffer
-    /// need (the `extra_bytes` to ask the layout for).
+    /// Bytes the slots of `ranks` ranks with `cap` data bytes per big
+    /// buffer need (the `extra_bytes` to ask the layout for).
     pub fn bytes_needed(ranks: usize, cap: usize) -> usize {
-        ranks * SLOT_BUFFERS * Self::stride(cap)
+        ranks * (LINES_BYTES + SLOT_BUFFERS * Self::stride(cap))
     }
 
     /// The slots in `node`'s extra area, which must have been laid out with
@@ -114,42 +123,49 @@ impl<'a> SlotArea<'a> {
         })
     }
 
-    /// Data bytes per buffer.
+    /// Data bytes one publication may hold.
     #[inline]
     pub fn capacity(&self) -> usize {
-        self.cap
+        self.cap.max(SLOT_INLINE)
     }
 
     #[inline]
-    fn buf(&self, rank: usize, seq: u64) -> *mut u8 {
+    fn line(&self, rank: usize, seq: u64) -> *mut u8 {
         assert!(
             rank < self.ranks,
             "slot of local rank {rank} of {}",
             self.ranks
         );
-        let i = SLOT_BUFFERS * rank + (seq % SLOT_BUFFERS as u64) as usize;
-        // SAFETY: `new` checked that SLOT_BUFFERS * ranks buffers of
-        // `stride` bytes fit in the extra area, and `i` is below that.
-        unsafe { self.base.add(i * self.stride) }
+        let off = rank * LINES_BYTES + (seq % SLOT_LINES as u64) as usize * CACHE_LINE;
+        // SAFETY: `new` checked that the lines of every rank fit in the
+        // extra area, and `off` lies within rank `rank`'s.
+        unsafe { self.base.add(off) }
     }
 
-    /// Header of the buffer local rank `rank` uses for operation `seq`.
+    /// Header of the line local rank `rank` uses for operation `seq`.
     #[inline]
     pub fn header(&self, rank: usize, seq: u64) -> &'a SlotHeader {
-        // SAFETY: the buffer starts 128-byte aligned (the extra area starts
-        // on a page, the stride is a multiple of 128) inside the mapping,
-        // which lives for 'a; the area is zeroed at creation, and a
-        // `SlotHeader` is two atomics, valid for any bits and shared access.
-        unsafe { &*(self.buf(rank, seq) as *const SlotHeader) }
+        // SAFETY: the line is 64-byte aligned (the extra area starts on a
+        // page) inside the mapping, which lives for 'a; the area is zeroed
+        // at creation, and a `SlotHeader` is two atomics, valid for any
+        // bits and shared access.
+        unsafe { &*(self.line(rank, seq) as *const SlotHeader) }
     }
 
-    /// Data of the buffer local rank `rank` uses for operation `seq`
-    /// ([`capacity`](Self::capacity) bytes, 16-byte aligned). Only the
-    /// owner writes it, and only under the reuse rule of the module doc.
+    /// Where local rank `rank` puts `len` bytes of operation `seq`: its
+    /// line (up to [`SLOT_INLINE`] bytes, 16-byte aligned) or its big
+    /// buffer (up to `cap` bytes, 128-byte aligned). Only the owner
+    /// writes, and only under the reuse rule of the module doc.
     #[inline]
-    pub fn data(&self, rank: usize, seq: u64) -> *mut u8 {
-        // SAFETY: the data follows the header inside the same buffer.
-        unsafe { self.buf(rank, seq).add(SLOT_HEADER) }
+    pub fn data(&self, rank: usize, seq: u64, len: usize) -> *mut u8 {
+        if len <= SLOT_INLINE {
+            // SAFETY: the inline data follows the header in the same line.
+            return unsafe { self.line(rank, seq).add(SLOT_HEADER) };
+        }
+        let i = SLOT_BUFFERS * rank + (seq % SLOT_BUFFERS as u64) as usize;
+        // SAFETY: `new` checked that the big buffers of every rank follow
+        // the lines inside the extra area, and `i` is below their count.
+        unsafe { self.base.add(self.ranks * LINES_BYTES + i * self.stride) }
     }
 }
 
@@ -159,28 +175,39 @@ mod tests {
     use crate::layout::NodeLayout;
 
     #[test]
-    fn buffers_alternate_and_do_not_overlap() {
+    fn lines_and_buffers_do_not_overlap() {
         let cap = 100;
         let layout = NodeLayout::new(3, 4096, SlotArea::bytes_needed(3, cap)).unwrap();
         let name = format!("ibcoll-test-slots-{}", std::process::id());
         let node = NodeSegment::create(&name, layout).unwrap();
         node.unlink().unwrap();
         let s = SlotArea::new(&node, cap).unwrap();
-        let mut starts: Vec<usize> = (0..3)
-            .flat_map(|r| (1..=SLOT_BUFFERS as u64).map(move |k| s.data(r, k) as usize))
-            .collect();
-        starts.sort();
-        for w in starts.windows(2) {
-            assert!(w[1] - w[0] >= SLOT_HEADER + cap);
+        let mut spans: Vec<(usize, usize)> = Vec::new();
+        for r in 0..3 {
+            for k in 1..=SLOT_LINES as u64 {
+                spans.push((s.header(r, k) as *const _ as usize, CACHE_LINE));
+            }
+            for k in 1..=SLOT_BUFFERS as u64 {
+                spans.push((s.data(r, k, cap) as usize, cap));
+            }
         }
-        let b = SLOT_BUFFERS as u64;
-        assert_eq!(s.data(1, 1 + b), s.data(1, 1));
+        spans.sort();
+        for w in spans.windows(2) {
+            assert!(w[0].0 + w[0].1 <= w[1].0, "{w:?}");
+        }
+        let (l, b) = (SLOT_LINES as u64, SLOT_BUFFERS as u64);
+        assert_eq!(s.data(1, 1 + b, cap), s.data(1, 1, cap));
+        assert_eq!(s.data(1, 1 + l, 8), s.data(1, 1, 8));
+        assert_eq!(
+            s.data(1, 1, 8) as usize,
+            s.header(1, 1) as *const _ as usize + SLOT_HEADER
+        );
         assert_eq!(s.header(2, 4).seq(), 0);
         // SAFETY: the buffer has `cap` bytes and no reader exists.
-        unsafe { std::ptr::write_bytes(s.data(2, 4), 7, cap) };
+        unsafe { std::ptr::write_bytes(s.data(2, 4, cap), 7, cap) };
         s.header(2, 4).publish(4, cap);
         assert_eq!(
-            (s.header(2, 4 + b).seq(), s.header(2, 4 + b).len()),
+            (s.header(2, 4 + l).seq(), s.header(2, 4 + l).len()),
             (4, cap)
         );
         assert_eq!(s.header(2, 5).seq(), 0);

@@ -29,15 +29,16 @@
 //! finalizes before publishing what we wait for ends the call with
 //! `PeerLost` within the usual bound.
 
-use ibcoll_shm::{NodeSegment, SlotArea, SLOT_BUFFERS};
+use ibcoll_shm::{NodeSegment, SlotArea, SLOT_BUFFERS, SLOT_INLINE, SLOT_LINES};
 
 use crate::engine::Engine;
 use crate::error::{Error, Op, Result};
 use crate::transport::{Channel, Health};
 
 /// Ranks whose arrival only releases buffers publish it every this many
-/// calls ([`FastCall::arrive_lazy`]); at most `SLOT_BUFFERS / 2`, so a
-/// writer waiting for it never waits on a call it has not reached.
+/// calls ([`FastCall::arrive_lazy`]); at most `SLOT_BUFFERS / 2` (the
+/// shallower reuse window), so a writer waiting for it never waits on a
+/// call it has not reached.
 const ARRIVE_EVERY: u64 = (SLOT_BUFFERS / 2) as u64;
 
 /// Iterations of the tight spin on a flag before the engine's wait loop
@@ -86,6 +87,8 @@ pub(crate) struct FastCall<'a> {
     e: &'a mut Engine,
     area: SlotArea<'a>,
     k: u64,
+    /// Bytes the last `claim` made room for.
+    claimed: usize,
     me: usize,
     locals: &'a [usize],
     group: &'a [usize],
@@ -114,6 +117,7 @@ impl<'a> FastCall<'a> {
             e,
             area,
             k,
+            claimed: 0,
             me,
             locals,
             group,
@@ -131,13 +135,18 @@ impl<'a> FastCall<'a> {
         self.group.len()
     }
 
-    /// Waits until this rank's buffer for the call may be written (every
-    /// member has arrived at call `k - SLOT_BUFFERS + 1`, so nobody still
-    /// reads what the buffer held) and returns its data.
-    pub fn claim(&mut self) -> Result<*mut u8> {
-        let b = SLOT_BUFFERS as u64;
-        if self.k > b {
-            let need = self.k - b + 1;
+    /// Waits until this rank may write `len` bytes for the call (every
+    /// member has arrived at a call late enough that nobody still reads
+    /// what the line, or for more than `SLOT_INLINE` bytes the big buffer,
+    /// held) and returns where to write them.
+    pub fn claim(&mut self, len: usize) -> Result<*mut u8> {
+        let window = if len <= SLOT_INLINE {
+            SLOT_LINES
+        } else {
+            SLOT_BUFFERS
+        } as u64;
+        if self.k > window {
+            let need = self.k - window + 1;
             // The latest call a member can have published, and the latest
             // one every member publishes (lazy arrivals skip the others).
             let latest = self.k - 1;
@@ -165,12 +174,14 @@ impl<'a> FastCall<'a> {
                 self.wait_any(r, need, need.next_multiple_of(ARRIVE_EVERY))?;
             }
         }
-        Ok(self.area.data(self.locals[self.me], self.k))
+        self.claimed = len;
+        Ok(self.area.data(self.locals[self.me], self.k, len))
     }
 
-    /// Publishes `len` bytes written into the claimed buffer (0: arrival
-    /// only) and wakes the members that sleep.
-    pub fn publish(&mut self, len: usize) {
+    /// Publishes the bytes written where `claim` said (none for an
+    /// arrival) and wakes the members that sleep.
+    pub fn publish(&mut self) {
+        let len = self.claimed;
         let mine = self.locals[self.me];
         self.area.header(mine, self.k).publish(self.k, len);
         self.e.fast.seen[mine] = self.k;
@@ -185,8 +196,8 @@ impl<'a> FastCall<'a> {
 
     /// Claims and publishes this rank's arrival without data.
     pub fn arrive(&mut self) -> Result<()> {
-        self.claim()?;
-        self.publish(0);
+        self.claim(0)?;
+        self.publish();
         Ok(())
     }
 
@@ -218,7 +229,7 @@ impl<'a> FastCall<'a> {
                 ),
             });
         }
-        Ok(self.area.data(l, self.k))
+        Ok(self.area.data(l, self.k, len))
     }
 
     /// Waits until every member has published this call.

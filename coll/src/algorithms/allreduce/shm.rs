@@ -11,10 +11,10 @@ pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
     let len = io.count * io.esize;
     let input = io.input_at(0, len)?;
     let acc = io.recv_at(0, len)?;
-    let slot = f.claim()?;
+    let slot = f.claim(len)?;
     // SAFETY: the slot holds at least `len` bytes; `input` was checked.
     unsafe { copy(input, slot, len) };
-    f.publish(len);
+    f.publish();
     let n = f.size();
     // SAFETY: our slot holds our `len` bytes; `acc` is our receive buffer,
     // disjoint from every slot.

@@ -9,10 +9,10 @@ pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
     let me = f.rank();
     if me != io.root {
         let input = io.send_at(0, len)?;
-        let slot = f.claim()?;
+        let slot = f.claim(len)?;
         // SAFETY: the slot holds at least `len` bytes; `input` was checked.
         unsafe { copy(input, slot, len) };
-        f.publish(len);
+        f.publish();
         return Ok(());
     }
     f.arrive_lazy()?;

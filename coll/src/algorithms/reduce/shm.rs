@@ -10,20 +10,20 @@ pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
     let me = f.rank();
     let input = io.input_at(0, len)?;
     if me != io.root {
-        let slot = f.claim()?;
+        let slot = f.claim(len)?;
         // SAFETY: the slot holds at least `len` bytes; `input` was checked.
         unsafe { copy(input, slot, len) };
-        f.publish(len);
+        f.publish();
         return Ok(());
     }
     let acc = io.recv_at(0, len)?;
     // In place on a root other than rank 0, the accumulator starts as rank
     // 0's input and would overwrite ours: keep ours in the slot first.
     let own = if io.in_place && me != 0 {
-        let slot = f.claim()?;
+        let slot = f.claim(len)?;
         // SAFETY: as above.
         unsafe { copy(input, slot, len) };
-        f.publish(len);
+        f.publish();
         slot as *const u8
     } else {
         f.arrive_lazy()?;

@@ -13,10 +13,10 @@ pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
     let (off, len) = (io.displ_of(me) * es, io.count_of(me) * es);
     let input = io.input_at(0, total)?;
     let acc = io.recv_at(0, len)?;
-    let slot = f.claim()?;
+    let slot = f.claim(total)?;
     // SAFETY: the slot holds at least `total` bytes; `input` was checked.
     unsafe { copy(input, slot, total) };
-    f.publish(total);
+    f.publish();
     // SAFETY: our slot holds our `total` bytes (in place, the accumulator
     // overlaps our input, so ours is read from there); `acc` is our
     // receive buffer, disjoint from every slot.

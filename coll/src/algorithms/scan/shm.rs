@@ -16,10 +16,10 @@ pub(crate) fn run(f: &mut FastCall, io: &FastIo, inclusive: bool) -> Result<()> 
         f.arrive_lazy()?;
         input
     } else {
-        let slot = f.claim()?;
+        let slot = f.claim(len)?;
         // SAFETY: the slot holds at least `len` bytes; `input` was checked.
         unsafe { copy(input, slot, len) };
-        f.publish(len);
+        f.publish();
         slot as *const u8
     };
     let last = if inclusive { me + 1 } else { me };
