@@ -180,6 +180,10 @@ struct Slow {
     pipe_rx: Option<PipeReceiver>,
     out_streams: VecDeque<OutStream>,
     in_streams: VecDeque<InStream>,
+    /// The peer said goodbye while streams from it were still in the pipe
+    /// (its sends completed once their bytes were in): the channel closes
+    /// once those are drained.
+    bye: bool,
     scratch: Vec<u8>,
     reads: VecDeque<CmaRead>,
     rndv_in: Vec<RndvIn>,
@@ -229,6 +233,7 @@ impl ShmChannel {
                 pipe_rx,
                 out_streams: VecDeque::new(),
                 in_streams: VecDeque::new(),
+                bye: false,
                 scratch: Vec::new(),
                 reads: VecDeque::new(),
                 rndv_in: Vec::new(),
@@ -716,7 +721,7 @@ impl ShmChannel {
                 let bytes = rec.bytes();
                 let res = match Header::decode(bytes) {
                     Ok(h) if h.kind == Kind::Bye => {
-                        self.health = Health::Closed;
+                        self.slow.bye = true;
                         Ok(())
                     }
                     Ok(h) if h.kind == Kind::Data => {
@@ -749,6 +754,9 @@ impl ShmChannel {
         }
         if !self.slow.out_streams.is_empty() || !self.slow.in_streams.is_empty() {
             n += self.poll_pipes(st);
+        }
+        if self.slow.bye && self.slow.in_streams.is_empty() && self.health == Health::Open {
+            self.health = Health::Closed;
         }
         if !self.slow.reads.is_empty()
             || !self.slow.rndv_in.is_empty()
