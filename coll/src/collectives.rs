@@ -456,8 +456,12 @@ impl Comm {
         }
     }
 
-    fn block(&self, c: Result<Call>) -> Result<()> {
-        let c = c?;
+    fn block(&self, call: Result<Call>) -> Result<()> {
+        // Looked at in place: the fast path never needs the call moved.
+        let c = match &call {
+            Ok(c) => c,
+            Err(_) => return call.map(|_| ()),
+        };
         let info = self.coll_info()?;
         let s = &c.spec;
         let op = Op::Collective(s.coll);
@@ -493,7 +497,7 @@ impl Comm {
                 }
             }
         }
-        let mut r = self.build(c, choice, &info.nodes)?;
+        let mut r = self.build(call?, choice, &info.nodes)?;
         let mut e = self.eng.borrow_mut();
         run::run_blocking(&mut e, &mut r)
     }

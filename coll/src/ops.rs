@@ -67,11 +67,15 @@ impl<T> std::fmt::Debug for ReduceOp<T> {
 }
 
 /// Element types that reduction operations apply to.
-pub trait Reducible: Datatype + 'static {
+pub trait Reducible: Datatype {
     /// `op(a, b)`, or `None` when `op` does not apply to this type.
     fn combine(op: &ReduceOp<Self>, a: Self, b: Self) -> Option<Self>;
     /// Whether `op` applies to this type.
     fn supports(op: &ReduceOp<Self>) -> bool;
+    /// Runs `f` on this type's cached kernel of built-in operation `i`
+    /// (see [`byte_reduce`]).
+    #[doc(hidden)]
+    fn with_kernel<R>(i: usize, f: impl FnOnce(&mut Option<ByteReduce>) -> R) -> R;
 }
 
 macro_rules! int_reducible {
@@ -94,6 +98,13 @@ macro_rules! int_reducible {
             }
             fn supports(_: &ReduceOp<$t>) -> bool {
                 true
+            }
+            fn with_kernel<R>(i: usize, f: impl FnOnce(&mut Option<ByteReduce>) -> R) -> R {
+                thread_local! {
+                    static K: std::cell::RefCell<[Option<ByteReduce>; BUILTIN_OPS]> =
+                        const { std::cell::RefCell::new([const { None }; BUILTIN_OPS]) };
+                }
+                K.with(|k| f(&mut k.borrow_mut()[i]))
             }
         }
     )*};
@@ -119,6 +130,13 @@ macro_rules! float_reducible {
                     ReduceOp::Band | ReduceOp::Bor | ReduceOp::Bxor | ReduceOp::Land | ReduceOp::Lor
                 )
             }
+            fn with_kernel<R>(i: usize, f: impl FnOnce(&mut Option<ByteReduce>) -> R) -> R {
+                thread_local! {
+                    static K: std::cell::RefCell<[Option<ByteReduce>; BUILTIN_OPS]> =
+                        const { std::cell::RefCell::new([const { None }; BUILTIN_OPS]) };
+                }
+                K.with(|k| f(&mut k.borrow_mut()[i]))
+            }
         }
     )*};
 }
@@ -131,31 +149,26 @@ float_reducible!(f32, f64);
 /// multiples of the element size (checked by the schedule).
 pub type ByteReduce = Rc<dyn Fn(&mut [u8], &[u8], bool)>;
 
-thread_local! {
-    /// Kernels of the built-in operations, made once per type and
-    /// operation: a small collective would otherwise spend an allocation
-    /// per call on its kernel.
-    static KERNELS: std::cell::RefCell<Vec<(std::any::TypeId, &'static str, ByteReduce)>> =
-        const { std::cell::RefCell::new(Vec::new()) };
-}
+/// Number of built-in operations (all but `User`).
+const BUILTIN_OPS: usize = 9;
 
-/// The byte-level kernel of `op` on `T`.
+/// The byte-level kernel of `op` on `T`. Those of the built-in operations
+/// are made once per type and thread: a small collective would otherwise
+/// spend an allocation per call on its kernel.
 pub fn byte_reduce<T: Reducible>(op: ReduceOp<T>) -> ByteReduce {
-    if matches!(op, ReduceOp::User(_)) {
-        return make_kernel(op);
-    }
-    let (ty, name) = (std::any::TypeId::of::<T>(), op.name());
-    let hit = KERNELS.with(|k| {
-        k.borrow()
-            .iter()
-            .find(|e| e.0 == ty && e.1 == name)
-            .map(|e| e.2.clone())
-    });
-    hit.unwrap_or_else(|| {
-        let kernel = make_kernel(op);
-        KERNELS.with(|k| k.borrow_mut().push((ty, name, kernel.clone())));
-        kernel
-    })
+    let i = match op {
+        ReduceOp::Sum => 0,
+        ReduceOp::Prod => 1,
+        ReduceOp::Min => 2,
+        ReduceOp::Max => 3,
+        ReduceOp::Band => 4,
+        ReduceOp::Bor => 5,
+        ReduceOp::Bxor => 6,
+        ReduceOp::Land => 7,
+        ReduceOp::Lor => 8,
+        ReduceOp::User(_) => return make_kernel(op),
+    };
+    T::with_kernel(i, |k| k.get_or_insert_with(|| make_kernel(op)).clone())
 }
 
 fn make_kernel<T: Reducible>(op: ReduceOp<T>) -> ByteReduce {
