@@ -78,6 +78,20 @@ pub trait Reducible: Datatype {
     fn with_kernel<R>(i: usize, f: impl FnOnce(&mut Option<ByteReduce>) -> R) -> R;
 }
 
+/// `Reducible::with_kernel` for one type: its own thread-local slots (a
+/// static in a generic function would be shared by every type).
+macro_rules! kernel_cache {
+    () => {
+        fn with_kernel<R>(i: usize, f: impl FnOnce(&mut Option<ByteReduce>) -> R) -> R {
+            thread_local! {
+                static K: std::cell::RefCell<[Option<ByteReduce>; BUILTIN_OPS]> =
+                    const { std::cell::RefCell::new([const { None }; BUILTIN_OPS]) };
+            }
+            K.with(|k| f(&mut k.borrow_mut()[i]))
+        }
+    };
+}
+
 macro_rules! int_reducible {
     ($($t:ty),*) => {$(
         impl Reducible for $t {
@@ -99,13 +113,7 @@ macro_rules! int_reducible {
             fn supports(_: &ReduceOp<$t>) -> bool {
                 true
             }
-            fn with_kernel<R>(i: usize, f: impl FnOnce(&mut Option<ByteReduce>) -> R) -> R {
-                thread_local! {
-                    static K: std::cell::RefCell<[Option<ByteReduce>; BUILTIN_OPS]> =
-                        const { std::cell::RefCell::new([const { None }; BUILTIN_OPS]) };
-                }
-                K.with(|k| f(&mut k.borrow_mut()[i]))
-            }
+            kernel_cache!();
         }
     )*};
 }
@@ -130,13 +138,7 @@ macro_rules! float_reducible {
                     ReduceOp::Band | ReduceOp::Bor | ReduceOp::Bxor | ReduceOp::Land | ReduceOp::Lor
                 )
             }
-            fn with_kernel<R>(i: usize, f: impl FnOnce(&mut Option<ByteReduce>) -> R) -> R {
-                thread_local! {
-                    static K: std::cell::RefCell<[Option<ByteReduce>; BUILTIN_OPS]> =
-                        const { std::cell::RefCell::new([const { None }; BUILTIN_OPS]) };
-                }
-                K.with(|k| f(&mut k.borrow_mut()[i]))
-            }
+            kernel_cache!();
         }
     )*};
 }

@@ -100,17 +100,7 @@ fn semantics_rdma_3_nodes() {
         "p2p_check",
         &["all"],
     );
-    for c in [
-        "anysource",
-        "order",
-        "wildcard",
-        "probe",
-        "truncate",
-        "split",
-        "ring",
-    ] {
-        assert!(out.contains(&format!("{c}: ok")), "{c} missing:\n{out}");
-    }
+    assert_p2p_checks_ok(&out);
     assert!(out.contains("truncate: got expected error"), "{out}");
 }
 

@@ -104,6 +104,14 @@ fn check(case: &Case, alg: &Algorithm) -> Result<Stats, String> {
     let uni_displs: Vec<usize> = (0..n).map(|i| i * count).collect();
     let vc = vcounts(n, count, 1 + case.salt);
     let (vd, vtotal) = gapped(&vc);
+    // (counts, displacements, total) of the v-form or the uniform one.
+    let layout = |v: bool| {
+        if v {
+            (vc.clone(), vd.clone(), vtotal)
+        } else {
+            (uni_counts.clone(), uni_displs.clone(), n * count)
+        }
+    };
     for r in 0..n {
         let mut a = base(case, r);
         let input: Vec<V> = (0..count).map(|i| val(r, i)).collect();
@@ -152,11 +160,7 @@ fn check(case: &Case, alg: &Algorithm) -> Result<Stats, String> {
             }
             Collective::Gather | Collective::Gatherv => {
                 let v = case.c == Collective::Gatherv;
-                let (counts, displs, total) = if v {
-                    (vc.clone(), vd.clone(), vtotal)
-                } else {
-                    (uni_counts.clone(), uni_displs.clone(), n * count)
-                };
+                let (counts, displs, total) = layout(v);
                 a.count = counts[r];
                 let mine: Vec<V> = (0..counts[r]).map(|i| val(r, i)).collect();
                 if r == root {
@@ -185,11 +189,7 @@ fn check(case: &Case, alg: &Algorithm) -> Result<Stats, String> {
             }
             Collective::Scatter | Collective::Scatterv => {
                 let v = case.c == Collective::Scatterv;
-                let (counts, displs, total) = if v {
-                    (vc.clone(), vd.clone(), vtotal)
-                } else {
-                    (uni_counts.clone(), uni_displs.clone(), n * count)
-                };
+                let (counts, displs, total) = layout(v);
                 a.count = counts[r];
                 let exp: Vec<V> = (0..counts[r]).map(|k| val(r, k)).collect();
                 if r == root {
@@ -215,11 +215,7 @@ fn check(case: &Case, alg: &Algorithm) -> Result<Stats, String> {
             }
             Collective::Allgather | Collective::Allgatherv => {
                 let v = case.c == Collective::Allgatherv;
-                let (counts, displs, total) = if v {
-                    (vc.clone(), vd.clone(), vtotal)
-                } else {
-                    (uni_counts.clone(), uni_displs.clone(), n * count)
-                };
+                let (counts, displs, total) = layout(v);
                 a.counts = counts.clone();
                 a.displs = displs.clone();
                 a.canonical = !v;

@@ -204,3 +204,18 @@ pub fn remove_segments(job: &str, nodes: usize) {
         let _ = std::fs::remove_file(format!("/dev/shm/ibcoll-{job}-n{n}"));
     }
 }
+
+/// Checks that the output of `p2p_check all` reports every check passed.
+pub fn assert_p2p_checks_ok(out: &str) {
+    for c in [
+        "anysource",
+        "order",
+        "wildcard",
+        "probe",
+        "truncate",
+        "split",
+        "ring",
+    ] {
+        assert!(out.contains(&format!("{c}: ok")), "{c} missing:\n{out}");
+    }
+}

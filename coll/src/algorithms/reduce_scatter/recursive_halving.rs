@@ -79,6 +79,15 @@ pub(crate) fn fold_in(
     Some(r - rem)
 }
 
+/// The element range (offset, length) covered by virtual blocks `lo..hi`
+/// (adjacent in `buf`); empty when `lo >= hi`.
+fn span(vb: &[(usize, usize)], lo: usize, hi: usize) -> (usize, usize) {
+    if lo >= hi {
+        return (0, 0);
+    }
+    (vb[lo].0, vb[hi - 1].0 + vb[hi - 1].1 - vb[lo].0)
+}
+
 /// Recursive halving over the `pw` virtual blocks `vb` (element ranges of
 /// `buf`); afterwards virtual rank `nr` holds the reduction of block `nr`.
 pub(crate) fn halving(
@@ -89,12 +98,7 @@ pub(crate) fn halving(
     buf: Buf,
     vb: &[(usize, usize)],
 ) {
-    let range = |lo: usize, hi: usize| {
-        if lo >= hi {
-            return (0, 0);
-        }
-        (vb[lo].0, vb[hi - 1].0 + vb[hi - 1].1 - vb[lo].0)
-    };
+    let range = |lo: usize, hi: usize| span(vb, lo, hi);
     let maxlen = range(0, pw).1;
     let tmp = b.scratch(maxlen);
     let (mut lo, mut hi) = (0, pw);
@@ -130,7 +134,7 @@ pub(crate) fn doubling(
     buf: Buf,
     vb: &[(usize, usize)],
 ) {
-    let range = |lo: usize, hi: usize| (vb[lo].0, vb[hi - 1].0 + vb[hi - 1].1 - vb[lo].0);
+    let range = |lo: usize, hi: usize| span(vb, lo, hi);
     let mut mask = 1;
     while mask < pw {
         let pnr = nr ^ mask;
