@@ -251,19 +251,27 @@ impl Comm {
         }
     }
 
+    #[inline]
     fn check_root(&self, c: Collective, root: usize) -> Result<()> {
         if root >= self.size() {
-            return Err(self.coll_err(
-                c,
-                format!(
-                    "root {root} is not below the communicator size {}",
-                    self.size()
-                ),
-            ));
+            return Err(self.root_err(c, root));
         }
         Ok(())
     }
 
+    #[cold]
+    #[inline(never)]
+    fn root_err(&self, c: Collective, root: usize) -> Error {
+        self.coll_err(
+            c,
+            format!(
+                "root {root} is not below the communicator size {}",
+                self.size()
+            ),
+        )
+    }
+
+    #[inline]
     fn check_op<T: Reducible>(&self, c: Collective, op: &ReduceOp<T>) -> Result<()> {
         if !T::supports(op) {
             return Err(self.coll_err(
@@ -323,10 +331,17 @@ impl Comm {
     /// The node of every rank of the communicator and the most ranks on
     /// one node (exchanged on first use), and whether the communicator
     /// qualifies for the shared-memory fast paths.
+    #[inline]
     fn coll_info(&self) -> Result<&CollInfo> {
-        if let Some(i) = self.coll.get() {
-            return Ok(i);
+        match self.coll.get() {
+            Some(i) => Ok(i),
+            None => self.coll_info_first(),
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn coll_info_first(&self) -> Result<&CollInfo> {
         let n = self.size();
         let nodes: Rc<[usize]> = if n == 1 {
             vec![self.node_id()].into()
@@ -414,6 +429,7 @@ impl Comm {
     /// Packs one validated call. The caller keeps `send` and `recv`
     /// borrowed until the call is done (the blocking call's frame or the
     /// `CollRequest`'s `'a`).
+    #[inline(always)]
     fn prepare(
         &self,
         spec: Spec,
@@ -456,6 +472,16 @@ impl Comm {
         }
     }
 
+    /// Runs one blocking call: the fast path, or a schedule.
+    ///
+    /// Inlined, with the argument checks and `prepare`, into every public
+    /// blocking collective so that the call's description stays in
+    /// registers: passed through memory, its fields were stored piecewise
+    /// and reloaded wider, and each such load waited for the store buffer
+    /// to drain (tens of ns on an 8-byte collective). Everything that is
+    /// not on the fast path lives out of line (`block_slow`, the cold
+    /// error and first-use helpers).
+    #[inline(always)]
     fn block(&self, call: Result<Call>) -> Result<()> {
         // Looked at in place: the fast path never needs the call moved.
         let c = match &call {
@@ -497,7 +523,17 @@ impl Comm {
                 }
             }
         }
-        let mut r = self.build(call?, choice, &info.nodes)?;
+        self.block_slow(call, choice, &info.nodes)
+    }
+
+    #[inline(never)]
+    fn block_slow(
+        &self,
+        call: Result<Call>,
+        choice: select::Choice,
+        nodes: &[usize],
+    ) -> Result<()> {
+        let mut r = self.build(call?, choice, nodes)?;
         let mut e = self.eng.borrow_mut();
         run::run_blocking(&mut e, &mut r)
     }
@@ -529,6 +565,7 @@ impl Comm {
 
     // ------------------------------------------------------------ barrier
 
+    #[inline(always)]
     fn barrier_run(&self) -> Result<Call> {
         let s = Spec::new(Collective::Barrier, 1, 0);
         self.prepare(s, &[], &mut [], None)
@@ -546,6 +583,7 @@ impl Comm {
 
     // ------------------------------------------------------------ bcast
 
+    #[inline(always)]
     fn bcast_run<T: Datatype>(&self, buf: &mut [T], root: usize) -> Result<Call> {
         self.check_root(Collective::Bcast, root)?;
         let mut s = Spec::new(Collective::Bcast, std::mem::size_of::<T>(), buf.len());
@@ -569,6 +607,7 @@ impl Comm {
 
     // ------------------------------------------------------------ reductions
 
+    #[inline(always)]
     fn reduce_like<T: Reducible>(
         &self,
         c: Collective,
@@ -715,6 +754,7 @@ impl Comm {
         self.nonblock(self.reduce_like(Collective::Exscan, Some(send), recv, op, 0))
     }
 
+    #[inline(always)]
     fn reduce_scatter_run<T: Reducible>(
         &self,
         c: Collective,
@@ -849,6 +889,7 @@ impl Comm {
 
     // ------------------------------------------------------------ gather / scatter
 
+    #[inline(always)]
     fn gather_run<T: Datatype>(
         &self,
         send: Option<&[T]>,
@@ -988,6 +1029,7 @@ impl Comm {
         self.nonblock(self.gatherv_run(send, recv, counts, displs, root))
     }
 
+    #[inline(always)]
     fn scatter_run<T: Datatype>(
         &self,
         send: Option<&[T]>,
@@ -1125,6 +1167,7 @@ impl Comm {
 
     // ------------------------------------------------------------ allgather / alltoall
 
+    #[inline(always)]
     fn allgather_run<T: Datatype>(&self, send: Option<&[T]>, recv: &mut [T]) -> Result<Call> {
         let c = Collective::Allgather;
         let n = self.size();
@@ -1242,6 +1285,7 @@ impl Comm {
         self.nonblock(self.allgatherv_run(Some(send), recv, counts, displs))
     }
 
+    #[inline(always)]
     fn alltoall_run<T: Datatype>(&self, send: &[T], recv: &mut [T]) -> Result<Call> {
         let c = Collective::Alltoall;
         let n = self.size();

@@ -158,7 +158,7 @@ const BUILTIN_OPS: usize = 9;
 /// are made once per type and thread: a small collective would otherwise
 /// spend an allocation per call on its kernel.
 pub fn byte_reduce<T: Reducible>(op: ReduceOp<T>) -> ByteReduce {
-    let i = match op {
+    let i = match &op {
         ReduceOp::Sum => 0,
         ReduceOp::Prod => 1,
         ReduceOp::Min => 2,
@@ -170,7 +170,15 @@ pub fn byte_reduce<T: Reducible>(op: ReduceOp<T>) -> ByteReduce {
         ReduceOp::Lor => 8,
         ReduceOp::User(_) => return make_kernel(op),
     };
-    T::with_kernel(i, |k| k.get_or_insert_with(|| make_kernel(op)).clone())
+    // The operation is moved only on a miss: copying it into the lookup's
+    // closure costs a stalled load on every call (the caller stored it in
+    // narrower pieces than the copy reads).
+    if let Some(f) = T::with_kernel(i, |k| k.clone()) {
+        return f;
+    }
+    let f = make_kernel(op);
+    T::with_kernel(i, |k| *k = Some(f.clone()));
+    f
 }
 
 fn make_kernel<T: Reducible>(op: ReduceOp<T>) -> ByteReduce {

@@ -105,6 +105,7 @@ impl<'a> SlotArea<'a> {
 
     /// The slots in `node`'s extra area, which must have been laid out with
     /// at least [`bytes_needed`](Self::bytes_needed)`(local_size, cap)`.
+    #[inline]
     pub fn new(node: &'a NodeSegment, cap: usize) -> Result<SlotArea<'a>> {
         let ranks = node.layout().params().local_size;
         let need = Self::bytes_needed(ranks, cap);
@@ -136,10 +137,28 @@ impl<'a> SlotArea<'a> {
             "slot of local rank {rank} of {}",
             self.ranks
         );
-        let off = rank * LINES_BYTES + (seq % SLOT_LINES as u64) as usize * CACHE_LINE;
+        let idx = (seq % SLOT_LINES as u64) as usize;
+        let off = rank * LINES_BYTES + idx * CACHE_LINE;
         // SAFETY: `new` checked that the lines of every rank fit in the
         // extra area, and `off` lies within rank `rank`'s.
         unsafe { self.base.add(off) }
+    }
+
+    /// Owner only: asks the CPU to fetch, for writing, the line of its own
+    /// operation `seq` ahead of time. The line was last read by the other
+    /// ranks `SLOT_LINES` operations ago, so each publication would otherwise
+    /// stall on taking it back from their caches (one cross-core transfer
+    /// per call, which bounds a root that streams small calls). A hint
+    /// only: nothing is read or written.
+    #[inline]
+    pub fn prefetch_for_write(&self, rank: usize, seq: u64) {
+        let _p = self.line(rank, seq);
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: PREFETCHW has no architectural effect (CPUs without it
+        // execute it as a NOP); the address lies in the mapping (see `line`).
+        unsafe {
+            std::arch::asm!("prefetchw [{0}]", in(reg) _p, options(nostack, preserves_flags, readonly));
+        }
     }
 
     /// Header of the line local rank `rank` uses for operation `seq`.

@@ -97,6 +97,7 @@ pub(crate) struct FastCall<'a> {
 
 impl<'a> FastCall<'a> {
     /// The slots of `node` (the engine's node segment), when configured.
+    #[inline]
     pub fn area(e: &Engine, node: &'a NodeSegment) -> Option<SlotArea<'a>> {
         SlotArea::new(node, e.cfg.shm_coll_bytes).ok()
     }
@@ -169,9 +170,20 @@ impl<'a> FastCall<'a> {
                     self.e.fast.seen[l] = sure;
                     continue;
                 }
-                // Published at `need` itself, or at the next call every
-                // member publishes (before `latest`, so no deadlock).
-                self.wait_any(r, need, need.next_multiple_of(ARRIVE_EVERY))?;
+                // Wait for a call well past `need` (one every member
+                // publishes, before `latest`, so no deadlock): the line
+                // polled here is one the member is about to write, and each
+                // wait makes that write take the line back from us, so
+                // waiting once for several calls costs the member less.
+                let far = (need + window / 2).min(sure);
+                let far = far - far % ARRIVE_EVERY;
+                if far >= need {
+                    self.wait_any(r, far, far)?;
+                } else {
+                    // Published at `need` itself, or at the next call every
+                    // member publishes.
+                    self.wait_any(r, need, need.next_multiple_of(ARRIVE_EVERY))?;
+                }
             }
         }
         self.claimed = len;
@@ -185,6 +197,10 @@ impl<'a> FastCall<'a> {
         let mine = self.locals[self.me];
         self.area.header(mine, self.k).publish(self.k, len);
         self.e.fast.seen[mine] = self.k;
+        // Two calls ahead: the next line is often being polled by a reader
+        // that has caught up (taking it now would only bounce it), and
+        // farther ahead the readers' own stream prefetch takes it back.
+        self.area.prefetch_for_write(mine, self.k + 2);
         for (r, &w) in self.group.iter().enumerate() {
             if r != self.me {
                 if let Channel::Shm(c) = &mut self.e.chans[w] {

@@ -513,6 +513,7 @@ fn tuning_file() -> Result<Option<Table>> {
 /// false (a nonblocking call, a communicator that is not one whole node,
 /// data beyond the slots) the shared-memory fast path is never returned: a
 /// forced `shm` then yields the table's best schedule.
+#[inline]
 pub fn choose(
     c: Collective,
     size: usize,
@@ -525,9 +526,16 @@ pub fn choose(
         Some((k, ch)) if k == key => Some(ch),
         _ => None,
     });
-    if let Some(ch) = hit {
-        return Ok(ch);
+    match hit {
+        Some(ch) => Ok(ch),
+        None => choose_and_remember(c, key),
     }
+}
+
+#[cold]
+#[inline(never)]
+fn choose_and_remember(c: Collective, key: (u64, usize, usize, usize, bool)) -> Result<Choice> {
+    let (_, size, ppn, bytes, fast_ok) = key;
     let ch = choose_uncached(c, size, ppn, bytes, fast_ok)?;
     MEMO.with(|m| m.borrow_mut()[c.index()] = Some((key, ch)));
     Ok(ch)
