@@ -7,7 +7,9 @@
  *
  * Sizes are bytes per rank, as in ibcoll-bench: the vector for bcast (bytes)
  * and reduce/allreduce/scan/exscan (floats, MPI_SUM); one rank's block for
- * gather/scatter/allgather/alltoall/reduce_scatter_block. Per size: the
+ * gather/scatter/allgather/alltoall/reduce_scatter_block and the v-forms
+ * (uniform counts and displacements, made before timing as in OSU's
+ * osu_*v), reduce_scatter (size/4 floats per rank). Per size: the
  * average over ranks of each rank's mean call time, the min and max of those
  * means, the standard deviation of single calls, and the iteration count.
  */
@@ -25,9 +27,23 @@ static size_t parse_size(const char *s) {
     return (size_t)v;
 }
 
-enum { BARRIER, BCAST, REDUCE, ALLREDUCE, SCAN, EXSCAN, GATHER, SCATTER, ALLGATHER, ALLTOALL, RSB, NCOLL };
+enum { BARRIER, BCAST, REDUCE, ALLREDUCE, SCAN, EXSCAN, GATHER, SCATTER, ALLGATHER, ALLTOALL, RSB,
+       GATHERV, SCATTERV, ALLGATHERV, ALLTOALLV, RS, NCOLL };
 static const char *names[NCOLL] = {"barrier", "bcast", "reduce", "allreduce", "scan", "exscan",
-                                   "gather", "scatter", "allgather", "alltoall", "reduce_scatter_block"};
+                                   "gather", "scatter", "allgather", "alltoall", "reduce_scatter_block",
+                                   "gatherv", "scatterv", "allgatherv", "alltoallv", "reduce_scatter"};
+
+/* Uniform v-layout of the current size: counts (bytes), displacements,
+ * and float counts for reduce_scatter. */
+static int *counts, *displs, *kcounts;
+
+static void layout(size_t size, int n) {
+    for (int i = 0; i < n; i++) {
+        counts[i] = (int)size;
+        displs[i] = i * (int)size;
+        kcounts[i] = (int)(size / 4);
+    }
+}
 
 static void call(int coll, size_t size, char *s, char *r, int n) {
     int k = (int)(size / 4), b = (int)size;
@@ -43,6 +59,13 @@ static void call(int coll, size_t size, char *s, char *r, int n) {
     case ALLGATHER: MPI_Allgather(s, b, MPI_BYTE, r, b, MPI_BYTE, MPI_COMM_WORLD); break;
     case ALLTOALL: MPI_Alltoall(s, b, MPI_BYTE, r, b, MPI_BYTE, MPI_COMM_WORLD); break;
     case RSB: MPI_Reduce_scatter_block(s, r, k, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); break;
+    case GATHERV: MPI_Gatherv(s, b, MPI_BYTE, r, counts, displs, MPI_BYTE, 0, MPI_COMM_WORLD); break;
+    case SCATTERV: MPI_Scatterv(s, counts, displs, MPI_BYTE, r, b, MPI_BYTE, 0, MPI_COMM_WORLD); break;
+    case ALLGATHERV: MPI_Allgatherv(s, b, MPI_BYTE, r, counts, displs, MPI_BYTE, MPI_COMM_WORLD); break;
+    case ALLTOALLV:
+        MPI_Alltoallv(s, counts, displs, MPI_BYTE, r, counts, displs, MPI_BYTE, MPI_COMM_WORLD);
+        break;
+    case RS: MPI_Reduce_scatter(s, r, kcounts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); break;
     }
     (void)n;
 }
@@ -80,12 +103,17 @@ int main(int argc, char **argv) {
         printf("%-10s%17s%17s%17s%17s%12s\n", "# Size", "Avg Latency(us)", "Min Latency(us)",
                "Max Latency(us)", "StdDev(us)", "Iterations");
     }
-    int reduces = coll == REDUCE || coll == ALLREDUCE || coll == SCAN || coll == EXSCAN || coll == RSB;
+    int reduces = coll == REDUCE || coll == ALLREDUCE || coll == SCAN || coll == EXSCAN || coll == RSB ||
+                  coll == RS;
+    counts = malloc(n * sizeof(int));
+    displs = malloc(n * sizeof(int));
+    kcounts = malloc(n * sizeof(int));
     for (size_t size = coll == BARRIER ? 0 : min; size <= max; size = size ? size * 2 : 1) {
         if (reduces && size % 4 != 0) continue;
         int big = size > 8192;
         long iters = iters_opt > 0 ? iters_opt : (big ? 100 : 1000);
         long warm = warm_opt >= 0 ? warm_opt : (big ? 10 : 100);
+        layout(size, n);
         for (long i = 0; i < warm; i++) call(coll, size, s, r, n);
         MPI_Barrier(MPI_COMM_WORLD);
         double sum = 0, sq = 0;
@@ -108,6 +136,9 @@ int main(int argc, char **argv) {
     }
     free(s);
     free(r);
+    free(counts);
+    free(displs);
+    free(kcounts);
     MPI_Finalize();
     return 0;
 }

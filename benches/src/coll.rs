@@ -14,17 +14,47 @@ use ibcoll::{Collective, Comm, ReduceOp};
 
 use crate::{iters_for, sizes, Opts};
 
-fn call(
-    c: &Comm,
-    coll: Collective,
-    size: usize,
-    s: &[u8],
-    r: &mut [u8],
-    fs: &[f32],
-    fr: &mut [f32],
-) -> ibcoll::Result<()> {
+/// The buffers of one benchmark, and the uniform v-layout of the current
+/// size (made before timing, as OSU's v-benchmarks do, so that the timed
+/// call allocates nothing).
+struct Bufs {
+    s: Vec<u8>,
+    r: Vec<u8>,
+    fs: Vec<f32>,
+    fr: Vec<f32>,
+    /// `size` bytes per rank, at `i * size` (v-collectives).
+    counts: Vec<usize>,
+    displs: Vec<usize>,
+    /// `size / 4` floats per rank (reduce_scatter).
+    kcounts: Vec<usize>,
+}
+
+impl Bufs {
+    fn new(n: usize, max: usize) -> Bufs {
+        let cap = n * max.max(4);
+        Bufs {
+            s: vec![1u8; cap],
+            r: vec![0u8; cap],
+            fs: vec![1f32; cap / 4],
+            fr: vec![0f32; cap / 4],
+            counts: Vec::new(),
+            displs: Vec::new(),
+            kcounts: Vec::new(),
+        }
+    }
+
+    fn layout(&mut self, n: usize, size: usize) {
+        self.counts = vec![size; n];
+        self.displs = (0..n).map(|i| i * size).collect();
+        self.kcounts = vec![size / 4; n];
+    }
+}
+
+fn call(c: &Comm, coll: Collective, size: usize, b: &mut Bufs) -> ibcoll::Result<()> {
     let n = c.size();
     let k = size / 4;
+    let (s, r, fs, fr) = (&b.s, &mut b.r, &b.fs, &mut b.fr);
+    let (counts, displs) = (&b.counts, &b.displs);
     match coll {
         Collective::Barrier => c.barrier(),
         Collective::Bcast => c.bcast(&mut r[..size], 0),
@@ -36,35 +66,19 @@ fn call(
         Collective::Scatter => c.scatter(&s[..n * size], &mut r[..size], 0),
         Collective::Allgather => c.allgather(&s[..size], &mut r[..n * size]),
         Collective::Alltoall => c.alltoall(&s[..n * size], &mut r[..n * size]),
-        Collective::Gatherv
-        | Collective::Scatterv
-        | Collective::Allgatherv
-        | Collective::Alltoallv => {
-            let counts = vec![size; n];
-            let displs: Vec<usize> = (0..n).map(|i| i * size).collect();
-            match coll {
-                Collective::Gatherv => {
-                    c.gatherv(&s[..size], &mut r[..n * size], &counts, &displs, 0)
-                }
-                Collective::Scatterv => {
-                    c.scatterv(&s[..n * size], &counts, &displs, &mut r[..size], 0)
-                }
-                Collective::Allgatherv => {
-                    c.allgatherv(&s[..size], &mut r[..n * size], &counts, &displs)
-                }
-                _ => c.alltoallv(
-                    &s[..n * size],
-                    &counts,
-                    &displs,
-                    &mut r[..n * size],
-                    &counts,
-                    &displs,
-                ),
-            }
-        }
+        Collective::Gatherv => c.gatherv(&s[..size], &mut r[..n * size], counts, displs, 0),
+        Collective::Scatterv => c.scatterv(&s[..n * size], counts, displs, &mut r[..size], 0),
+        Collective::Allgatherv => c.allgatherv(&s[..size], &mut r[..n * size], counts, displs),
+        Collective::Alltoallv => c.alltoallv(
+            &s[..n * size],
+            counts,
+            displs,
+            &mut r[..n * size],
+            counts,
+            displs,
+        ),
         Collective::ReduceScatter => {
-            let counts = vec![k; n];
-            c.reduce_scatter(&fs[..n * k], &mut fr[..k], &counts, ReduceOp::Sum)
+            c.reduce_scatter(&fs[..n * k], &mut fr[..k], &b.kcounts, ReduceOp::Sum)
         }
         Collective::ReduceScatterBlock => {
             c.reduce_scatter_block(&fs[..n * k], &mut fr[..k], ReduceOp::Sum)
@@ -78,10 +92,7 @@ pub fn run(c: &Comm, o: &Opts, coll: Collective) -> ibcoll::Result<()> {
         ibcoll::select::force_algorithm(coll, Some(a))?;
     }
     let n = c.size();
-    let s = vec![1u8; n * o.max.max(4)];
-    let mut r = vec![0u8; n * o.max.max(4)];
-    let fs = vec![1f32; n * o.max.max(4) / 4];
-    let mut fr = vec![0f32; n * o.max.max(4) / 4];
+    let mut bufs = Bufs::new(n, o.max);
     if c.rank() == 0 {
         println!(
             "# algorithm: {}",
@@ -107,14 +118,15 @@ pub fn run(c: &Comm, o: &Opts, coll: Collective) -> ibcoll::Result<()> {
             continue;
         }
         let (iters, warm) = iters_for(o, size, 1_000, 100);
+        bufs.layout(n, size);
         for _ in 0..warm {
-            call(c, coll, size, &s, &mut r, &fs, &mut fr)?;
+            call(c, coll, size, &mut bufs)?;
         }
         c.barrier()?;
         let (mut sum, mut sq) = (0f64, 0f64);
         for _ in 0..iters {
             let t = Instant::now();
-            call(c, coll, size, &s, &mut r, &fs, &mut fr)?;
+            call(c, coll, size, &mut bufs)?;
             let us = t.elapsed().as_secs_f64() * 1e6;
             sum += us;
             sq += us * us;
@@ -191,14 +203,15 @@ fn measure(
 ) -> ibcoll::Result<Point> {
     ibcoll::select::force_algorithm(coll, Some(alg))?;
     let (iters, warm) = iters_for(o, size, 200, 20);
+    bufs.layout(c.size(), size);
     for _ in 0..warm.min(iters) {
-        call(c, coll, size, &bufs.s, &mut bufs.r, &bufs.fs, &mut bufs.fr)?;
+        call(c, coll, size, bufs)?;
     }
     c.barrier()?;
     let mut t = Vec::with_capacity(iters);
     for _ in 0..iters {
         let t0 = Instant::now();
-        call(c, coll, size, &bufs.s, &mut bufs.r, &bufs.fs, &mut bufs.fr)?;
+        call(c, coll, size, bufs)?;
         t.push(t0.elapsed().as_secs_f64() * 1e6);
     }
     ibcoll::select::force_algorithm(coll, None)?;
@@ -217,13 +230,6 @@ fn measure(
         med: t[t.len() / 2],
         max: t[t.len() - 1],
     })
-}
-
-struct Bufs {
-    s: Vec<u8>,
-    r: Vec<u8>,
-    fs: Vec<f32>,
-    fr: Vec<f32>,
 }
 
 /// `ibcoll-bench tune [-m MIN:MAX] [-i ITERS] [--collectives a,b] [--out FILE]`:
@@ -248,13 +254,7 @@ pub fn tune(c: &Comm, o: &Opts) -> ibcoll::Result<()> {
             })
             .collect::<ibcoll::Result<_>>()?,
     };
-    let cap = n * o.max.max(4);
-    let mut bufs = Bufs {
-        s: vec![1u8; cap],
-        r: vec![0u8; cap],
-        fs: vec![1f32; cap / 4],
-        fr: vec![0f32; cap / 4],
-    };
+    let mut bufs = Bufs::new(n, o.max);
     let mut rules = Vec::new();
     for coll in list {
         let algs = ibcoll::algorithms::algorithms(coll);

@@ -35,6 +35,7 @@
 //! # Ok::<(), ibcoll::Error>(())
 //! ```
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::marker::PhantomData;
@@ -188,15 +189,18 @@ thread_local! {
 /// Tags below this are used by `split` and friends.
 const TAG_BASE: i32 = 16;
 
-/// One call, described for the algorithms.
-struct Spec {
+/// One call, described for the algorithms. The v-layouts borrow the
+/// caller's arrays (a blocking call copies nothing); a schedule copies them
+/// into its `Args`. Empty where this rank does not know them (a gatherv or
+/// scatterv non-root), which a schedule reads as zeros.
+struct Spec<'c> {
     coll: Collective,
     esize: usize,
     count: usize,
-    counts: Vec<usize>,
-    displs: Vec<usize>,
-    rcounts: Vec<usize>,
-    rdispls: Vec<usize>,
+    counts: Cow<'c, [usize]>,
+    displs: Cow<'c, [usize]>,
+    rcounts: Cow<'c, [usize]>,
+    rdispls: Cow<'c, [usize]>,
     root: usize,
     in_place: bool,
     canonical: bool,
@@ -206,16 +210,16 @@ struct Spec {
     bytes: usize,
 }
 
-impl Spec {
-    fn new(coll: Collective, esize: usize, count: usize) -> Spec {
+impl<'c> Spec<'c> {
+    fn new(coll: Collective, esize: usize, count: usize) -> Spec<'c> {
         Spec {
             coll,
             esize,
             count,
-            counts: Vec::new(),
-            displs: Vec::new(),
-            rcounts: Vec::new(),
-            rdispls: Vec::new(),
+            counts: Cow::Borrowed(&[]),
+            displs: Cow::Borrowed(&[]),
+            rcounts: Cow::Borrowed(&[]),
+            rdispls: Cow::Borrowed(&[]),
             root: 0,
             in_place: false,
             canonical: false,
@@ -224,7 +228,7 @@ impl Spec {
         }
     }
 
-    fn uniform(mut self) -> Spec {
+    fn uniform(mut self) -> Spec<'c> {
         self.uniform = true;
         self.canonical = true;
         self
@@ -233,8 +237,8 @@ impl Spec {
 
 /// One validated call, not yet selected: a blocking call may take the
 /// shared-memory fast path, a nonblocking one always runs a schedule.
-struct Call {
-    spec: Spec,
+struct Call<'c> {
+    spec: Spec<'c>,
     send: *const u8,
     send_len: usize,
     recv: *mut u8,
@@ -393,15 +397,22 @@ impl Comm {
 
     fn args(&self, s: &Spec, alg: &str, nodes: &[usize], seg_bytes: usize, window: usize) -> Args {
         let n = self.size();
+        let known = |v: &[usize]| {
+            if v.is_empty() {
+                vec![0; n]
+            } else {
+                v.to_vec()
+            }
+        };
         let (counts, displs) = if s.uniform {
             (vec![s.count; n], (0..n).map(|i| i * s.count).collect())
         } else {
-            (s.counts.clone(), s.displs.clone())
+            (known(&s.counts), known(&s.displs))
         };
         let (rcounts, rdispls) = if s.uniform {
             (counts.clone(), displs.clone())
         } else {
-            (s.rcounts.clone(), s.rdispls.clone())
+            (known(&s.rcounts), known(&s.rdispls))
         };
         Args {
             rank: self.rank(),
@@ -430,13 +441,13 @@ impl Comm {
     /// borrowed until the call is done (the blocking call's frame or the
     /// `CollRequest`'s `'a`).
     #[inline(always)]
-    fn prepare(
+    fn prepare<'c>(
         &self,
-        spec: Spec,
+        spec: Spec<'c>,
         send: &[u8],
         recv: &mut [u8],
         reduce: Option<ByteReduce>,
-    ) -> Result<Call> {
+    ) -> Result<Call<'c>> {
         Ok(Call {
             spec,
             send: send.as_ptr(),
@@ -448,7 +459,7 @@ impl Comm {
     }
 
     /// Builds the schedule run of `c` with algorithm `choice`.
-    fn build(&self, c: Call, choice: select::Choice, nodes: &[usize]) -> Result<Run> {
+    fn build(&self, c: Call<'_>, choice: select::Choice, nodes: &[usize]) -> Result<Run> {
         let s = &c.spec;
         let alg = find(s.coll, choice.algorithm)
             .and_then(|a| a.schedule().map(|b| (a.name, b)))
@@ -482,7 +493,7 @@ impl Comm {
     /// not on the fast path lives out of line (`block_slow`, the cold
     /// error and first-use helpers).
     #[inline(always)]
-    fn block(&self, call: Result<Call>) -> Result<()> {
+    fn block(&self, call: Result<Call<'_>>) -> Result<()> {
         // Looked at in place: the fast path never needs the call moved.
         let c = match &call {
             Ok(c) => c,
@@ -498,6 +509,8 @@ impl Comm {
             count: s.count,
             counts: &s.counts,
             displs: &s.displs,
+            rcounts: &s.rcounts,
+            rdispls: &s.rdispls,
             root: s.root,
             in_place: s.in_place,
             send: c.send,
@@ -516,8 +529,15 @@ impl Comm {
                 let mut e = self.eng.borrow_mut();
                 if let Some(node) = e.node.clone() {
                     if let Some(area) = FastCall::area(&e, &node) {
-                        let mut f =
-                            FastCall::begin(&mut e, area, self.rank(), locals, &self.group, op);
+                        let mut f = FastCall::begin(
+                            &mut e,
+                            area,
+                            self.rank(),
+                            locals,
+                            &self.group,
+                            self.ctx + 1,
+                            op,
+                        );
                         return fastpath::run(s.coll, &mut f, &io).map_err(|x| x.with_op(op));
                     }
                 }
@@ -529,7 +549,7 @@ impl Comm {
     #[inline(never)]
     fn block_slow(
         &self,
-        call: Result<Call>,
+        call: Result<Call<'_>>,
         choice: select::Choice,
         nodes: &[usize],
     ) -> Result<()> {
@@ -538,7 +558,7 @@ impl Comm {
         run::run_blocking(&mut e, &mut r)
     }
 
-    fn nonblock<'a>(&self, c: Result<Call>) -> Result<CollRequest<'a>> {
+    fn nonblock<'a>(&self, c: Result<Call<'_>>) -> Result<CollRequest<'a>> {
         let c = c?;
         let info = self.coll_info()?;
         let choice = select::choose(c.spec.coll, self.size(), info.ppn, c.spec.bytes, false)
@@ -566,7 +586,7 @@ impl Comm {
     // ------------------------------------------------------------ barrier
 
     #[inline(always)]
-    fn barrier_run(&self) -> Result<Call> {
+    fn barrier_run(&self) -> Result<Call<'static>> {
         let s = Spec::new(Collective::Barrier, 1, 0);
         self.prepare(s, &[], &mut [], None)
     }
@@ -584,7 +604,7 @@ impl Comm {
     // ------------------------------------------------------------ bcast
 
     #[inline(always)]
-    fn bcast_run<T: Datatype>(&self, buf: &mut [T], root: usize) -> Result<Call> {
+    fn bcast_run<T: Datatype>(&self, buf: &mut [T], root: usize) -> Result<Call<'static>> {
         self.check_root(Collective::Bcast, root)?;
         let mut s = Spec::new(Collective::Bcast, std::mem::size_of::<T>(), buf.len());
         s.root = root;
@@ -615,7 +635,7 @@ impl Comm {
         recv: &mut [T],
         op: ReduceOp<T>,
         root: usize,
-    ) -> Result<Call> {
+    ) -> Result<Call<'static>> {
         self.check_op(c, &op)?;
         let esize = std::mem::size_of::<T>();
         let count = send.map_or(recv.len(), |s| s.len());
@@ -755,28 +775,34 @@ impl Comm {
     }
 
     #[inline(always)]
-    fn reduce_scatter_run<T: Reducible>(
+    fn reduce_scatter_run<'c, T: Reducible>(
         &self,
         c: Collective,
         send: Option<&[T]>,
         recv: &mut [T],
-        counts: Vec<usize>,
+        counts: Option<&'c [usize]>,
         op: ReduceOp<T>,
-    ) -> Result<Call> {
+    ) -> Result<Call<'c>> {
         self.check_op(c, &op)?;
         let n = self.size();
-        if counts.len() != n {
-            return Err(self.coll_err(c, format!("{} counts for {n} ranks", counts.len())));
-        }
-        let total: usize = counts.iter().sum();
         let input_len = send.map_or(recv.len(), |s| s.len());
+        let (mine, total) = match counts {
+            Some(counts) => {
+                if counts.len() != n {
+                    return Err(self.coll_err(c, format!("{} counts for {n} ranks", counts.len())));
+                }
+                (counts[self.rank()], counts.iter().sum())
+            }
+            // reduce_scatter_block (never in place): every block as long
+            // as `recv`.
+            None => (recv.len(), n * recv.len()),
+        };
         if input_len != total {
             return Err(self.coll_err(
                 c,
                 format!("input has {input_len} elements, the counts sum to {total}"),
             ));
         }
-        let mine = counts[self.rank()];
         if send.is_some() && recv.len() != mine {
             return Err(self.coll_err(
                 c,
@@ -789,8 +815,13 @@ impl Comm {
         let esize = std::mem::size_of::<T>();
         let mut s = Spec::new(c, esize, mine);
         s.bytes = total * esize / n;
-        s.displs = prefix(&counts)[..n].to_vec();
-        s.counts = counts;
+        match counts {
+            Some(counts) => {
+                s.displs = Cow::Owned(prefix(counts)[..n].to_vec());
+                s.counts = Cow::Borrowed(counts);
+            }
+            None => s = s.uniform(),
+        }
         s.canonical = true;
         s.in_place = send.is_none();
         self.prepare(
@@ -814,7 +845,7 @@ impl Comm {
             Collective::ReduceScatter,
             Some(send),
             recv,
-            counts.to_vec(),
+            Some(counts),
             op,
         ))
     }
@@ -827,13 +858,7 @@ impl Comm {
         counts: &[usize],
         op: ReduceOp<T>,
     ) -> Result<()> {
-        self.block(self.reduce_scatter_run(
-            Collective::ReduceScatter,
-            None,
-            buf,
-            counts.to_vec(),
-            op,
-        ))
+        self.block(self.reduce_scatter_run(Collective::ReduceScatter, None, buf, Some(counts), op))
     }
 
     /// Nonblocking [`Comm::reduce_scatter`].
@@ -848,7 +873,7 @@ impl Comm {
             Collective::ReduceScatter,
             Some(send),
             recv,
-            counts.to_vec(),
+            Some(counts),
             op,
         ))
     }
@@ -860,12 +885,11 @@ impl Comm {
         recv: &mut [T],
         op: ReduceOp<T>,
     ) -> Result<()> {
-        let counts = vec![recv.len(); self.size()];
         self.block(self.reduce_scatter_run(
             Collective::ReduceScatterBlock,
             Some(send),
             recv,
-            counts,
+            None,
             op,
         ))
     }
@@ -877,12 +901,11 @@ impl Comm {
         recv: &'a mut [T],
         op: ReduceOp<T>,
     ) -> Result<CollRequest<'a>> {
-        let counts = vec![recv.len(); self.size()];
         self.nonblock(self.reduce_scatter_run(
             Collective::ReduceScatterBlock,
             Some(send),
             recv,
-            counts,
+            None,
             op,
         ))
     }
@@ -895,7 +918,7 @@ impl Comm {
         send: Option<&[T]>,
         recv: &mut [T],
         root: usize,
-    ) -> Result<Call> {
+    ) -> Result<Call<'static>> {
         let c = Collective::Gather;
         self.check_root(c, root)?;
         let n = self.size();
@@ -965,17 +988,17 @@ impl Comm {
         self.nonblock(self.gather_run(Some(send), recv, root))
     }
 
-    fn gatherv_run<T: Datatype>(
+    #[inline(always)]
+    fn gatherv_run<'c, T: Datatype>(
         &self,
         send: &[T],
         recv: &mut [T],
-        counts: &[usize],
-        displs: &[usize],
+        counts: &'c [usize],
+        displs: &'c [usize],
         root: usize,
-    ) -> Result<Call> {
+    ) -> Result<Call<'c>> {
         let c = Collective::Gatherv;
         self.check_root(c, root)?;
-        let n = self.size();
         let me = self.rank();
         let mut s = Spec::new(c, std::mem::size_of::<T>(), send.len());
         s.bytes = 0;
@@ -992,12 +1015,10 @@ impl Comm {
                     ),
                 ));
             }
-            s.counts = counts.to_vec();
-            s.displs = displs.to_vec();
+            s.counts = Cow::Borrowed(counts);
+            s.displs = Cow::Borrowed(displs);
             as_bytes_mut(recv)
         } else {
-            s.counts = vec![0; n];
-            s.displs = vec![0; n];
             &mut []
         };
         self.prepare(s, as_bytes(send), recv_b, None)
@@ -1035,7 +1056,7 @@ impl Comm {
         send: Option<&[T]>,
         recv: &mut [T],
         root: usize,
-    ) -> Result<Call> {
+    ) -> Result<Call<'static>> {
         let c = Collective::Scatter;
         self.check_root(c, root)?;
         let n = self.size();
@@ -1101,17 +1122,17 @@ impl Comm {
         self.nonblock(self.scatter_run(Some(send), recv, root))
     }
 
-    fn scatterv_run<T: Datatype>(
+    #[inline(always)]
+    fn scatterv_run<'c, T: Datatype>(
         &self,
         send: &[T],
-        counts: &[usize],
-        displs: &[usize],
+        counts: &'c [usize],
+        displs: &'c [usize],
         recv: &mut [T],
         root: usize,
-    ) -> Result<Call> {
+    ) -> Result<Call<'c>> {
         let c = Collective::Scatterv;
         self.check_root(c, root)?;
-        let n = self.size();
         let me = self.rank();
         let mut s = Spec::new(c, std::mem::size_of::<T>(), recv.len());
         s.bytes = 0;
@@ -1128,12 +1149,10 @@ impl Comm {
                     ),
                 ));
             }
-            s.counts = counts.to_vec();
-            s.displs = displs.to_vec();
+            s.counts = Cow::Borrowed(counts);
+            s.displs = Cow::Borrowed(displs);
             as_bytes(send)
         } else {
-            s.counts = vec![0; n];
-            s.displs = vec![0; n];
             &[]
         };
         self.prepare(s, send_b, as_bytes_mut(recv), None)
@@ -1168,7 +1187,11 @@ impl Comm {
     // ------------------------------------------------------------ allgather / alltoall
 
     #[inline(always)]
-    fn allgather_run<T: Datatype>(&self, send: Option<&[T]>, recv: &mut [T]) -> Result<Call> {
+    fn allgather_run<T: Datatype>(
+        &self,
+        send: Option<&[T]>,
+        recv: &mut [T],
+    ) -> Result<Call<'static>> {
         let c = Collective::Allgather;
         let n = self.size();
         let count = match send {
@@ -1220,13 +1243,14 @@ impl Comm {
         self.nonblock(self.allgather_run(Some(send), recv))
     }
 
-    fn allgatherv_run<T: Datatype>(
+    #[inline(always)]
+    fn allgatherv_run<'c, T: Datatype>(
         &self,
         send: Option<&[T]>,
         recv: &mut [T],
-        counts: &[usize],
-        displs: &[usize],
-    ) -> Result<Call> {
+        counts: &'c [usize],
+        displs: &'c [usize],
+    ) -> Result<Call<'c>> {
         let c = Collective::Allgatherv;
         let n = self.size();
         self.check_layout(c, "receive", counts, displs, recv.len())?;
@@ -1246,8 +1270,8 @@ impl Comm {
         let esize = std::mem::size_of::<T>();
         let mut s = Spec::new(c, esize, counts[me]);
         s.bytes = counts.iter().sum::<usize>() * esize / n;
-        s.counts = counts.to_vec();
-        s.displs = displs.to_vec();
+        s.counts = Cow::Borrowed(counts);
+        s.displs = Cow::Borrowed(displs);
         s.in_place = send.is_none();
         self.prepare(s, send.map_or(&[][..], as_bytes), as_bytes_mut(recv), None)
     }
@@ -1286,7 +1310,7 @@ impl Comm {
     }
 
     #[inline(always)]
-    fn alltoall_run<T: Datatype>(&self, send: &[T], recv: &mut [T]) -> Result<Call> {
+    fn alltoall_run<T: Datatype>(&self, send: &[T], recv: &mut [T]) -> Result<Call<'static>> {
         let c = Collective::Alltoall;
         let n = self.size();
         if send.len() != recv.len() || send.len() % n != 0 {
@@ -1325,15 +1349,16 @@ impl Comm {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn alltoallv_run<T: Datatype>(
+    #[inline(always)]
+    fn alltoallv_run<'c, T: Datatype>(
         &self,
         send: &[T],
-        scounts: &[usize],
-        sdispls: &[usize],
+        scounts: &'c [usize],
+        sdispls: &'c [usize],
         recv: &mut [T],
-        rcounts: &[usize],
-        rdispls: &[usize],
-    ) -> Result<Call> {
+        rcounts: &'c [usize],
+        rdispls: &'c [usize],
+    ) -> Result<Call<'c>> {
         let c = Collective::Alltoallv;
         self.check_layout(c, "send", scounts, sdispls, send.len())?;
         self.check_layout(c, "receive", rcounts, rdispls, recv.len())?;
@@ -1349,10 +1374,10 @@ impl Comm {
         }
         let mut s = Spec::new(c, std::mem::size_of::<T>(), 0);
         s.bytes = 0;
-        s.counts = scounts.to_vec();
-        s.displs = sdispls.to_vec();
-        s.rcounts = rcounts.to_vec();
-        s.rdispls = rdispls.to_vec();
+        s.counts = Cow::Borrowed(scounts);
+        s.displs = Cow::Borrowed(sdispls);
+        s.rcounts = Cow::Borrowed(rcounts);
+        s.rdispls = Cow::Borrowed(rdispls);
         self.prepare(s, as_bytes(send), as_bytes_mut(recv), None)
     }
 
@@ -1426,7 +1451,7 @@ impl Comm {
             Collective::ReduceScatter,
             None,
             buf,
-            counts.to_vec(),
+            Some(counts),
             op,
         ))
     }

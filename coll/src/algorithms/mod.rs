@@ -295,7 +295,7 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
             L
         }
         Collective::Gatherv => {
-            const L: &[Algorithm] = &[alg("linear", gather::linear::build)];
+            const L: &[Algorithm] = &[alg("linear", gather::linear::build), SHM_ALG];
             L
         }
         Collective::Scatter => {
@@ -307,7 +307,7 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
             L
         }
         Collective::Scatterv => {
-            const L: &[Algorithm] = &[alg("linear", scatter::linear::build)];
+            const L: &[Algorithm] = &[alg("linear", scatter::linear::build), SHM_ALG];
             L
         }
         Collective::Allgather | Collective::Allgatherv => {
@@ -332,6 +332,7 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
             const L: &[Algorithm] = &[
                 alg("pairwise", alltoall::pairwise::build),
                 alg("linear", alltoall::linear::build),
+                SHM_ALG,
             ];
             L
         }

@@ -29,6 +29,10 @@
 //! finalizes before publishing what we wait for ends the call with
 //! `PeerLost` within the usual bound.
 
+pub(crate) mod blocks;
+
+use std::rc::Rc;
+
 use ibcoll_shm::{NodeSegment, SlotArea, SLOT_BUFFERS, SLOT_INLINE, SLOT_LINES};
 
 use crate::engine::Engine;
@@ -91,7 +95,10 @@ pub(crate) struct FastCall<'a> {
     claimed: usize,
     me: usize,
     locals: &'a [usize],
-    group: &'a [usize],
+    group: &'a Rc<[usize]>,
+    /// The communicator's collective context, for blocks sent as messages
+    /// ([`blocks`]).
+    ctx: u32,
     op: Op,
 }
 
@@ -103,13 +110,15 @@ impl<'a> FastCall<'a> {
     }
 
     /// Starts the next fast-path collective as communicator rank `me` of a
-    /// communicator that [`eligible`] accepted (`locals` is its answer).
+    /// communicator that [`eligible`] accepted (`locals` is its answer);
+    /// `ctx` is its collective context.
     pub fn begin(
         e: &'a mut Engine,
         area: SlotArea<'a>,
         me: usize,
         locals: &'a [usize],
-        group: &'a [usize],
+        group: &'a Rc<[usize]>,
+        ctx: u32,
         op: Op,
     ) -> FastCall<'a> {
         e.fast.seq += 1;
@@ -122,8 +131,14 @@ impl<'a> FastCall<'a> {
             me,
             locals,
             group,
+            ctx,
             op,
         }
+    }
+
+    /// Bytes one publication may hold.
+    pub fn capacity(&self) -> usize {
+        self.area.capacity()
     }
 
     /// Communicator rank of this process.
@@ -232,9 +247,7 @@ impl<'a> FastCall<'a> {
     /// Waits for member `r`'s publication of this call: `len` bytes
     /// (an error naming `r` when it published another length).
     pub fn data_of(&mut self, r: usize, len: usize) -> Result<*const u8> {
-        self.wait_seq(r, self.k)?;
-        let l = self.locals[r];
-        let got = self.area.header(l, self.k).len();
+        let (p, got) = self.publication_of(r)?;
         if got != len {
             return Err(Error::InvalidArgument {
                 rank: self.e.rank(),
@@ -245,7 +258,16 @@ impl<'a> FastCall<'a> {
                 ),
             });
         }
-        Ok(self.area.data(l, self.k, len))
+        Ok(p)
+    }
+
+    /// Waits for member `r`'s publication of this call, whatever its
+    /// length: where it is and how long (at most `capacity`).
+    pub fn publication_of(&mut self, r: usize) -> Result<(*const u8, usize)> {
+        self.wait_seq(r, self.k)?;
+        let l = self.locals[r];
+        let len = self.area.header(l, self.k).len().min(self.area.capacity());
+        Ok((self.area.data(l, self.k, len), len))
     }
 
     /// Waits until every member has published this call.
@@ -316,10 +338,14 @@ pub(crate) struct FastIo<'b> {
     pub esize: usize,
     /// Elements of this rank's block (see the collective).
     pub count: usize,
-    /// Per-rank counts and displacements in elements (allgatherv,
-    /// reduce_scatter); empty for the uniform collectives.
+    /// Per-rank counts and displacements in elements (the v-collectives'
+    /// send side, reduce_scatter); empty for the uniform collectives and
+    /// where this rank does not know them (gatherv, scatterv non-roots).
     pub counts: &'b [usize],
     pub displs: &'b [usize],
+    /// Receive counts and displacements of alltoallv.
+    pub rcounts: &'b [usize],
+    pub rdispls: &'b [usize],
     pub root: usize,
     pub in_place: bool,
     pub send: *const u8,
@@ -400,11 +426,41 @@ impl FastIo<'_> {
 /// # Safety
 /// `src` readable and `dst` writable for `len` bytes; the ranges are equal
 /// or disjoint.
+#[inline(always)]
 pub(crate) unsafe fn copy(src: *const u8, dst: *mut u8, len: usize) {
-    if len > 0 && !std::ptr::eq(src, dst) {
-        // SAFETY: the caller guarantees the ranges; distinct ranges of the
-        // user's buffers and the slots never partly overlap.
-        unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
+    if len == 0 || std::ptr::eq(src, dst) {
+        return;
+    }
+    // Small copies (most fast-path calls) in registers: a call into the
+    // library's memmove costs more than the copy.
+    // SAFETY: the caller guarantees the ranges; distinct ranges of the
+    // user's buffers and the slots never partly overlap. Both words are
+    // read before either is written, and unaligned accesses need no
+    // alignment.
+    unsafe {
+        if len <= 16 {
+            if len >= 8 {
+                let (a, b) = (
+                    (src as *const u64).read_unaligned(),
+                    (src.add(len - 8) as *const u64).read_unaligned(),
+                );
+                (dst as *mut u64).write_unaligned(a);
+                (dst.add(len - 8) as *mut u64).write_unaligned(b);
+            } else if len >= 4 {
+                let (a, b) = (
+                    (src as *const u32).read_unaligned(),
+                    (src.add(len - 4) as *const u32).read_unaligned(),
+                );
+                (dst as *mut u32).write_unaligned(a);
+                (dst.add(len - 4) as *mut u32).write_unaligned(b);
+            } else {
+                for i in 0..len {
+                    *dst.add(i) = *src.add(i);
+                }
+            }
+            return;
+        }
+        std::ptr::copy_nonoverlapping(src, dst, len);
     }
 }
 
@@ -425,7 +481,8 @@ pub(crate) fn bytes_needed(
         ReduceScatter | ReduceScatterBlock => {
             (0..n).map(|r| io.count_of(r)).sum::<usize>() * io.esize
         }
-        Gatherv | Scatterv | Alltoallv => return None,
+        // Every rank sizes its blocks itself (`blocks`).
+        Gatherv | Scatterv | Alltoallv => 0,
     })
 }
 
@@ -438,18 +495,15 @@ pub(crate) fn run(c: crate::algorithms::Collective, f: &mut FastCall, io: &FastI
         Bcast => bcast::shm::run(f, io),
         Reduce => reduce::shm::run(f, io),
         Allreduce => allreduce::shm::run(f, io),
-        Gather => gather::shm::run(f, io),
+        Gather | Gatherv => gather::shm::run(f, io),
         Scatter => scatter::shm::run(f, io),
+        Scatterv => scatter::shm::run_v(f, io),
         Allgather | Allgatherv => allgather::shm::run(f, io),
         Alltoall => alltoall::shm::run(f, io),
+        Alltoallv => alltoall::shm::run_v(f, io),
         ReduceScatter | ReduceScatterBlock => reduce_scatter::shm::run(f, io),
         Scan => scan::shm::run(f, io, true),
         Exscan => scan::shm::run(f, io, false),
-        Gatherv | Scatterv | Alltoallv => Err(Error::InvalidArgument {
-            rank: f.e.rank(),
-            op: f.op,
-            detail: format!("{} has no shared-memory fast path", c.name()),
-        }),
     }
 }
 

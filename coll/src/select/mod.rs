@@ -161,6 +161,11 @@ impl Table {
             rule(Scatter, ANY, ANY, 2 * k, "binomial"),
             rule(Scatter, ANY, ANY, 8 * k, "linear"),
             shm(Scatter, 64, 64 * k),
+            // The v-forms select with 0 bytes; their fast paths send the
+            // blocks that do not fit the slots as messages.
+            shm(Gatherv, 2, ANY),
+            shm(Scatterv, 2, ANY),
+            shm(Alltoallv, 2, ANY),
             shm(Allreduce, 64, 4 * k),
             rule(Allreduce, 2, ANY, 32 * k, "recursive_doubling"),
             shm(Allreduce, 64, 8 * k),

@@ -3,6 +3,7 @@
 //! other rank's.
 
 use crate::error::Result;
+use crate::fastpath::blocks::{plan, write_entry, Msgs};
 use crate::fastpath::{copy, FastCall, FastIo};
 
 pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
@@ -27,4 +28,78 @@ pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
         unsafe { copy(src.add(me * len), dst, len) };
     }
     Ok(())
+}
+
+/// Alltoallv: every rank publishes a directory and the blocks that fit
+/// ([`crate::fastpath::blocks`]) and sends the others as messages, then
+/// looks its block up in every other rank's directory.
+pub(crate) fn run_v(f: &mut FastCall, io: &FastIo) -> Result<()> {
+    let n = f.size();
+    let me = f.rank();
+    let sblock = |r: usize| (io.displ_of(r) * io.esize, io.count_of(r) * io.esize);
+    let rblock = |r: usize| {
+        let c = io.rcounts.get(r).copied().unwrap_or(0);
+        let d = io.rdispls.get(r).copied().unwrap_or(0);
+        (d * io.esize, c * io.esize)
+    };
+    for r in 0..n {
+        let (off, len) = sblock(r);
+        io.send_at(off, len)?;
+        let (off, len) = rblock(r);
+        io.recv_at(off, len)?;
+    }
+    let cap = f.capacity();
+    let total = plan(n, me, cap, |r| sblock(r).1, |_, _| {});
+    let slot = f.claim(total)?;
+    let mut by_message = Vec::new();
+    // SAFETY: the slot holds `total` bytes: the directory, then each
+    // placed block at its offset (`plan`); the blocks were checked.
+    unsafe {
+        if total > 0 {
+            write_entry(slot, me, None, 0);
+        }
+        plan(
+            n,
+            me,
+            cap,
+            |r| sblock(r).1,
+            |r, at| {
+                let (off, len) = sblock(r);
+                match at {
+                    Some(at) => copy(io.send.add(off), slot.add(at), len),
+                    None => by_message.push(r),
+                }
+                if total > 0 {
+                    write_entry(slot, r, at, len);
+                }
+            },
+        );
+    }
+    f.publish();
+    let mut m = Msgs::default();
+    for r in by_message {
+        let (off, len) = sblock(r);
+        // SAFETY: checked above.
+        f.send_msg(&mut m, r, unsafe { io.send.add(off) }, len);
+    }
+    let ((so, len), (ro, _)) = (sblock(me), rblock(me));
+    // SAFETY: our own block, checked in both buffers (alltoallv checks
+    // that it sends itself as much as it receives).
+    unsafe { copy(io.send.add(so), io.recv.add(ro), len) };
+    for r in (0..n).filter(|&r| r != me) {
+        if m.failed() {
+            break;
+        }
+        let (off, len) = rblock(r);
+        // SAFETY: checked above.
+        let dst = unsafe { io.recv.add(off) };
+        match m.note(f.block_from(r, len)) {
+            // SAFETY: the block is `len` bytes of the publication (checked
+            // by `block_from`).
+            Some(Some(src)) => unsafe { copy(src, dst, len) },
+            Some(None) => f.recv_msg(&mut m, r, dst, len),
+            None => {}
+        }
+    }
+    f.finish(&mut m)
 }

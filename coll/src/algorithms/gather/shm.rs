@@ -1,23 +1,41 @@
-//! Gather through the node's publication slots: every rank but the root
-//! publishes its block and goes on; the root copies the blocks out.
+//! Gather and gatherv through the node's publication slots: every rank but
+//! the root publishes its block and goes on; the root copies the blocks
+//! out. A gatherv block too big for a slot travels as a message instead;
+//! its sender and the root (which knows every length) both see that
+//! ([`crate::fastpath::blocks`]).
 
 use crate::error::Result;
+use crate::fastpath::blocks::Msgs;
 use crate::fastpath::{copy, FastCall, FastIo};
 
 pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
-    let len = io.count * io.esize;
     let me = f.rank();
     if me != io.root {
+        let len = io.count * io.esize;
         let input = io.send_at(0, len)?;
+        if len > f.capacity() {
+            f.arrive_lazy()?;
+            let mut m = Msgs::default();
+            f.send_msg(&mut m, io.root, input, len);
+            return f.finish(&mut m);
+        }
         let slot = f.claim(len)?;
-        // SAFETY: the slot holds at least `len` bytes; `input` was checked.
+        // SAFETY: the slot holds `len` bytes (checked above); `input` was
+        // checked.
         unsafe { copy(input, slot, len) };
         f.publish();
         return Ok(());
     }
     f.arrive_lazy()?;
-    for r in 0..f.size() {
-        let dst = io.recv_at(r * len, len)?;
+    let n = f.size();
+    let cap = f.capacity();
+    let block = |r: usize| (io.displ_of(r) * io.esize, io.count_of(r) * io.esize);
+    if (0..n).any(|r| r != me && block(r).1 > cap) {
+        return gather_with_messages(f, io);
+    }
+    for r in 0..n {
+        let (off, len) = block(r);
+        let dst = io.recv_at(off, len)?;
         let src = if r != me {
             f.data_of(r, len)?
         } else if io.in_place {
@@ -25,9 +43,53 @@ pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
         } else {
             io.send_at(0, len)?
         };
-        // SAFETY: `src` is a published slot or our send buffer, `dst` a
-        // checked block of the receive buffer; they are disjoint.
+        // SAFETY: `src` holds `len` bytes (a publication of that length or
+        // our checked send buffer), `dst` was checked.
         unsafe { copy(src, dst, len) };
     }
     Ok(())
+}
+
+/// The root's part when some blocks travel as messages: every
+/// destination is checked before a receive is posted, and once one is,
+/// the call goes on to the end.
+fn gather_with_messages(f: &mut FastCall, io: &FastIo) -> Result<()> {
+    let n = f.size();
+    let me = f.rank();
+    let cap = f.capacity();
+    let block = |r: usize| (io.displ_of(r) * io.esize, io.count_of(r) * io.esize);
+    for r in 0..n {
+        let (off, len) = block(r);
+        io.recv_at(off, len)?;
+    }
+    if !io.in_place {
+        io.send_at(0, block(me).1)?;
+    }
+    let mut m = Msgs::default();
+    for r in (0..n).filter(|&r| r != me && block(r).1 > cap) {
+        let (off, len) = block(r);
+        let dst = io.recv_at(off, len)?;
+        f.recv_msg(&mut m, r, dst, len);
+    }
+    for r in 0..n {
+        let (off, len) = block(r);
+        let dst = io.recv_at(off, len)?;
+        let src = if r != me {
+            if len > cap || m.failed() {
+                continue;
+            }
+            match m.note(f.data_of(r, len)) {
+                Some(p) => p,
+                None => continue,
+            }
+        } else if io.in_place {
+            continue;
+        } else {
+            io.send_at(0, len)?
+        };
+        // SAFETY: `src` holds `len` bytes (a publication of that length or
+        // our checked send buffer), `dst` was checked.
+        unsafe { copy(src, dst, len) };
+    }
+    f.finish(&mut m)
 }

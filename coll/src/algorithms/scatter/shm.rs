@@ -2,6 +2,7 @@
 //! whole send buffer once and goes on; every rank copies its block out.
 
 use crate::error::Result;
+use crate::fastpath::blocks::{plan, write_entry, Msgs};
 use crate::fastpath::{copy, FastCall, FastIo};
 
 pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
@@ -28,4 +29,76 @@ pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
     // SAFETY: our block lies inside the root's published `n * len` bytes.
     unsafe { copy(src.add(me * len), dst, len) };
     Ok(())
+}
+
+/// Scatterv: the root publishes a directory and the blocks that fit
+/// ([`crate::fastpath::blocks`]) and sends the others as messages; every
+/// rank looks its block up in the directory.
+pub(crate) fn run_v(f: &mut FastCall, io: &FastIo) -> Result<()> {
+    let n = f.size();
+    let me = f.rank();
+    if me != io.root {
+        let len = io.count * io.esize;
+        let dst = io.recv_at(0, len)?;
+        f.arrive_lazy()?;
+        let mut m = Msgs::default();
+        match f.block_from(io.root, len)? {
+            // SAFETY: the directory's block is `len` bytes of the root's
+            // publication (checked by `block_from`); `dst` was checked.
+            Some(src) => unsafe { copy(src, dst, len) },
+            None => f.recv_msg(&mut m, io.root, dst, len),
+        }
+        return f.finish(&mut m);
+    }
+    let block = |r: usize| (io.displ_of(r) * io.esize, io.count_of(r) * io.esize);
+    for r in 0..n {
+        let (off, len) = block(r);
+        io.send_at(off, len)?;
+    }
+    let own = if io.in_place {
+        None
+    } else {
+        Some(io.recv_at(0, block(me).1)?)
+    };
+    let cap = f.capacity();
+    let total = plan(n, me, cap, |r| block(r).1, |_, _| {});
+    let slot = f.claim(total)?;
+    let mut by_message = Vec::new();
+    // SAFETY: the slot holds `total` bytes: the directory, then each
+    // placed block at its offset (`plan`); the blocks were checked.
+    unsafe {
+        if total > 0 {
+            write_entry(slot, me, None, 0);
+        }
+        plan(
+            n,
+            me,
+            cap,
+            |r| block(r).1,
+            |r, at| {
+                let (off, len) = block(r);
+                match at {
+                    Some(at) => copy(io.send.add(off), slot.add(at), len),
+                    None => by_message.push(r),
+                }
+                if total > 0 {
+                    write_entry(slot, r, at, len);
+                }
+            },
+        );
+    }
+    f.publish();
+    let mut m = Msgs::default();
+    for r in by_message {
+        let (off, len) = block(r);
+        // SAFETY: checked above.
+        f.send_msg(&mut m, r, unsafe { io.send.add(off) }, len);
+    }
+    if let Some(dst) = own {
+        let (off, len) = block(me);
+        // SAFETY: our block of the checked send buffer and the checked
+        // receive buffer.
+        unsafe { copy(io.send.add(off), dst, len) };
+    }
+    f.finish(&mut m)
 }
