@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REPS=${1:-3}
 NPS=${NPS:-"2 4 8"}
-COLLS=${COLLS:-"barrier bcast reduce allreduce gather scatter allgather alltoall reduce_scatter_block scan"}
+COLLS=${COLLS:-"barrier bcast reduce allreduce gather gatherv scatter scatterv allgather allgatherv alltoall alltoallv reduce_scatter reduce_scatter_block scan exscan"}
 SIZES=${SIZES:-"8 65536 1048576"}
 DOC=${DOC:-docs/PERFORMANCE.md}
 OUT=target/compare-coll

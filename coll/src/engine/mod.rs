@@ -75,7 +75,16 @@ pub(crate) struct State {
     pub ops: Slab<Op>,
     pub matcher: Matcher,
     pub actions: VecDeque<Action>,
+    /// Buffers of unexpected eager messages, kept for the next ones: a
+    /// fresh allocation per message (tens of KiB in pieces of a big
+    /// collective) went through brk and page faults on most calls, as the
+    /// allocator gave the top of the heap back after each burst.
+    eager_pool: Vec<Vec<u8>>,
 }
+
+/// Buffers [`State::eager_pool`] keeps at most (each up to the largest
+/// eager message seen).
+const EAGER_POOL: usize = 64;
 
 fn word(payload: &[u8]) -> std::result::Result<u64, String> {
     let b: [u8; 8] = payload
@@ -130,12 +139,28 @@ fn recv_result(
 }
 
 impl State {
+    /// A copy of `payload` in a pooled buffer.
+    fn eager_copy(&mut self, payload: &[u8]) -> Vec<u8> {
+        let mut v = self.eager_pool.pop().unwrap_or_default();
+        v.clear();
+        v.extend_from_slice(payload);
+        v
+    }
+
+    /// Returns the buffer of a matched unexpected message to the pool.
+    pub fn eager_recycle(&mut self, v: Vec<u8>) {
+        if self.eager_pool.len() < EAGER_POOL {
+            self.eager_pool.push(v);
+        }
+    }
+
     pub fn new(rank: usize) -> State {
         State {
             rank,
             ops: Slab::default(),
             matcher: Matcher::default(),
             actions: VecDeque::new(),
+            eager_pool: Vec::new(),
         }
     }
 
@@ -161,13 +186,14 @@ impl State {
                 if let Some(tok) = self.matcher.take_posted(hdr.ctx, hdr.src, hdr.tag) {
                     self.finish_eager(tok, peer, hdr.src, hdr.tag, payload);
                 } else {
+                    let body = Body::Eager(self.eager_copy(payload));
                     self.matcher.add_unexpected(Unexpected {
                         peer,
                         ctx: hdr.ctx,
                         src: hdr.src,
                         tag: hdr.tag,
                         len: payload.len(),
-                        body: Body::Eager(payload.to_vec()),
+                        body,
                     });
                 }
             }
@@ -790,7 +816,10 @@ impl Engine {
         });
         if let Some(u) = self.st.matcher.take_unexpected(ctx, src, tag) {
             match u.body {
-                Body::Eager(data) => self.st.finish_eager(tok, u.peer, u.src, u.tag, &data),
+                Body::Eager(data) => {
+                    self.st.finish_eager(tok, u.peer, u.src, u.tag, &data);
+                    self.st.eager_recycle(data);
+                }
                 Body::Rts { send_token, addr } => {
                     let info = self.chans[u.peer].info();
                     self.st

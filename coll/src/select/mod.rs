@@ -90,19 +90,30 @@ fn seg(mut r: Rule, bytes: usize) -> Rule {
     r
 }
 
-/// `alg` for `c` from 64 KiB per rank in 32 KiB pieces on 2 ranks of one
-/// node (eager on shm, pipelined through the ring; measured in
-/// docs/COLLECTIVES.md), with whole blocks below 64 KiB, across nodes and on
-/// more ranks (not measured there).
-fn pieces_on_two(c: Collective, alg: &'static str) -> [Rule; 4] {
+/// `alg` for `c` from 64 KiB to `upto` bytes per rank in 32 KiB pieces on
+/// 2 ranks of one node (eager on shm, pipelined through the ring), with
+/// whole blocks otherwise. Measured on 2 ranks (docs/COLLECTIVES.md):
+/// pieces win at 64-128 KiB (alltoall 64 KiB 5.3 vs 5.9 us), whole blocks
+/// from 256 KiB for the collectives that only move data (alltoall 19 vs
+/// 21 us) and from 512 KiB for reductions, whose pieces overlap one
+/// reduction with the next copy (1 MiB: allreduce 74 vs 82 us, allgather
+/// 79 vs 89): a whole block goes through the pipe rendezvous with both
+/// cores copying.
+fn pieces_on_two(c: Collective, alg: &'static str, upto: usize) -> [Rule; 4] {
     let k = 1024;
     [
         seg(rule(c, ANY, ANY, 64 * k - 1, alg), ANY),
         seg(multi_node(rule(c, ANY, ANY, ANY, alg)), ANY),
-        seg(rule(c, 2, ANY, ANY, alg), 32 * k),
+        seg(rule(c, 2, ANY, upto, alg), 32 * k),
         seg(rule(c, ANY, ANY, ANY, alg), ANY),
     ]
 }
+
+/// Largest bytes per rank that 2-rank reductions cut into pieces.
+const PIECES_UPTO: usize = 256 * 1024;
+
+/// Largest bytes per rank that 2-rank data movements cut into pieces.
+const MOVE_PIECES_UPTO: usize = 128 * 1024;
 
 /// `r` only for communicators spanning two nodes or more.
 fn multi_node(mut r: Rule) -> Rule {
@@ -161,11 +172,16 @@ impl Table {
             rule(Scatter, ANY, ANY, 2 * k, "binomial"),
             rule(Scatter, ANY, ANY, 8 * k, "linear"),
             shm(Scatter, 64, 64 * k),
-            // The v-forms select with 0 bytes; their fast paths send the
-            // blocks that do not fit the slots as messages.
-            shm(Gatherv, 2, ANY),
+            // The v-forms select with 0 bytes (one rule for every size);
+            // their fast paths send the blocks that do not fit the slots
+            // as messages. Measured at 2, 4 and 8 ranks against the linear
+            // schedules: gatherv wins everywhere (8 ranks 64 KiB 13-16 vs
+            // 56-60 us), alltoallv at 8 B (8 ranks 7.5-9.6 vs 13-18 us)
+            // and loses ~10% at 64 KiB; scatterv only on 2 ranks (more:
+            // an eager root runs ahead, 4 ranks 8 B 0.9 vs 0.5 us).
+            shm(Gatherv, 64, ANY),
             shm(Scatterv, 2, ANY),
-            shm(Alltoallv, 2, ANY),
+            shm(Alltoallv, 64, ANY),
             shm(Allreduce, 64, 4 * k),
             rule(Allreduce, 2, ANY, 32 * k, "recursive_doubling"),
             shm(Allreduce, 64, 8 * k),
@@ -201,7 +217,10 @@ impl Table {
                 multi_node(rule(Reduce, ANY, ANY, ANY, "reduce_scatter_gather")),
                 ANY,
             ),
-            seg(rule(Reduce, 2, ANY, ANY, "reduce_scatter_gather"), 32 * k),
+            seg(
+                rule(Reduce, 2, ANY, PIECES_UPTO, "reduce_scatter_gather"),
+                32 * k,
+            ),
             seg(rule(Reduce, ANY, ANY, ANY, "reduce_scatter_gather"), ANY),
             // One rank per node: by size. Several nodes with several
             // ranks each: node-aware (1.1 ms like recursive doubling
@@ -220,7 +239,8 @@ impl Table {
             // 2 ranks from 64 KiB: ring in 32 KiB pieces (see alltoall)
             // at every size, Rabenseifner's halving exchanges are the
             // same two transfers without the pieces.
-            seg(rule(Allreduce, 2, ANY, ANY, "ring"), 32 * k),
+            seg(rule(Allreduce, 2, ANY, PIECES_UPTO, "ring"), 32 * k),
+            seg(rule(Allreduce, 2, ANY, ANY, "ring"), ANY),
             seg(rule(Allreduce, 8, ANY, 512 * k, "ring"), ANY),
             rule(Allreduce, ANY, ANY, ANY, "rabenseifner"),
             // Linear gather/scatter beat binomial on few ranks (the
@@ -238,9 +258,9 @@ impl Table {
             // (28 vs 63 us; Bruck's extra copies cost 93 us).
             rule(Allgather, ANY, ANY, 8 * k, "recursive_doubling"),
         ]);
-        rules.extend(pieces_on_two(Allgather, "ring"));
+        rules.extend(pieces_on_two(Allgather, "ring", MOVE_PIECES_UPTO));
         rules.push(rule(Allgatherv, ANY, ANY, 8 * k, "bruck"));
-        rules.extend(pieces_on_two(Allgatherv, "ring"));
+        rules.extend(pieces_on_two(Allgatherv, "ring", MOVE_PIECES_UPTO));
         rules.extend([
             // Bruck for tiny blocks (9-16 us vs 10-30), linear with a
             // window from there (13-617 us vs 19-2115 pairwise).
@@ -248,10 +268,8 @@ impl Table {
         ]);
         // From 64 KiB on 2 ranks of one node: blocks in 32 KiB pieces,
         // which shm sends eagerly, pipelined through the ring with both
-        // cores copying; one rendezvous per block splits each copy between
-        // both cores, which in an exchange (both cores busy already) only
-        // adds coordination: 64 KiB 9.3 -> 3.4 us, 1 MiB 101 -> 67 us.
-        rules.extend(pieces_on_two(Alltoall, "linear"));
+        // cores copying, up to 128 KiB (see `pieces_on_two`).
+        rules.extend(pieces_on_two(Alltoall, "linear", MOVE_PIECES_UPTO));
         rules.extend([
             // Alltoallv selects with 0 bytes: whole blocks as before.
             seg(rule(Alltoallv, ANY, ANY, ANY, "linear"), ANY),
@@ -259,7 +277,7 @@ impl Table {
             // 112 us, then 302 vs 1353 us at 128 KiB).
             rule(ReduceScatter, ANY, ANY, 8 * k, "recursive_halving"),
         ]);
-        rules.extend(pieces_on_two(ReduceScatter, "ring"));
+        rules.extend(pieces_on_two(ReduceScatter, "ring", PIECES_UPTO));
         rules.push(rule(
             ReduceScatterBlock,
             ANY,
@@ -267,7 +285,7 @@ impl Table {
             8 * k,
             "recursive_halving",
         ));
-        rules.extend(pieces_on_two(ReduceScatterBlock, "ring"));
+        rules.extend(pieces_on_two(ReduceScatterBlock, "ring", PIECES_UPTO));
         rules.extend([
             // Chain from 64 KiB on few ranks (n-1 pipelined hops of
             // the vector vs log2(n) whole-vector exchanges each with
