@@ -35,7 +35,6 @@
 //! # Ok::<(), ibcoll::Error>(())
 //! ```
 
-use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::marker::PhantomData;
@@ -192,15 +191,16 @@ const TAG_BASE: i32 = 16;
 /// One call, described for the algorithms. The v-layouts borrow the
 /// caller's arrays (a blocking call copies nothing); a schedule copies them
 /// into its `Args`. Empty where this rank does not know them (a gatherv or
-/// scatterv non-root), which a schedule reads as zeros.
+/// scatterv non-root), which a schedule reads as zeros. Only plain fields,
+/// so that a blocking call keeps the whole description in registers.
 struct Spec<'c> {
     coll: Collective,
     esize: usize,
     count: usize,
-    counts: Cow<'c, [usize]>,
-    displs: Cow<'c, [usize]>,
-    rcounts: Cow<'c, [usize]>,
-    rdispls: Cow<'c, [usize]>,
+    counts: &'c [usize],
+    displs: &'c [usize],
+    rcounts: &'c [usize],
+    rdispls: &'c [usize],
     root: usize,
     in_place: bool,
     canonical: bool,
@@ -216,10 +216,10 @@ impl<'c> Spec<'c> {
             coll,
             esize,
             count,
-            counts: Cow::Borrowed(&[]),
-            displs: Cow::Borrowed(&[]),
-            rcounts: Cow::Borrowed(&[]),
-            rdispls: Cow::Borrowed(&[]),
+            counts: &[],
+            displs: &[],
+            rcounts: &[],
+            rdispls: &[],
             root: 0,
             in_place: false,
             canonical: false,
@@ -780,14 +780,14 @@ impl Comm {
         c: Collective,
         send: Option<&[T]>,
         recv: &mut [T],
-        counts: Option<&'c [usize]>,
+        counts: Option<(&'c [usize], &'c [usize])>,
         op: ReduceOp<T>,
     ) -> Result<Call<'c>> {
         self.check_op(c, &op)?;
         let n = self.size();
         let input_len = send.map_or(recv.len(), |s| s.len());
         let (mine, total) = match counts {
-            Some(counts) => {
+            Some((counts, _)) => {
                 if counts.len() != n {
                     return Err(self.coll_err(c, format!("{} counts for {n} ranks", counts.len())));
                 }
@@ -816,9 +816,10 @@ impl Comm {
         let mut s = Spec::new(c, esize, mine);
         s.bytes = total * esize / n;
         match counts {
-            Some(counts) => {
-                s.displs = Cow::Owned(prefix(counts)[..n].to_vec());
-                s.counts = Cow::Borrowed(counts);
+            // `displs` is the prefix sum of `counts` (n + 1 entries).
+            Some((counts, displs)) => {
+                s.displs = &displs[..n];
+                s.counts = counts;
             }
             None => s = s.uniform(),
         }
@@ -845,7 +846,7 @@ impl Comm {
             Collective::ReduceScatter,
             Some(send),
             recv,
-            Some(counts),
+            Some((counts, &prefix(counts))),
             op,
         ))
     }
@@ -858,7 +859,13 @@ impl Comm {
         counts: &[usize],
         op: ReduceOp<T>,
     ) -> Result<()> {
-        self.block(self.reduce_scatter_run(Collective::ReduceScatter, None, buf, Some(counts), op))
+        self.block(self.reduce_scatter_run(
+            Collective::ReduceScatter,
+            None,
+            buf,
+            Some((counts, &prefix(counts))),
+            op,
+        ))
     }
 
     /// Nonblocking [`Comm::reduce_scatter`].
@@ -873,7 +880,7 @@ impl Comm {
             Collective::ReduceScatter,
             Some(send),
             recv,
-            Some(counts),
+            Some((counts, &prefix(counts))),
             op,
         ))
     }
@@ -1015,8 +1022,8 @@ impl Comm {
                     ),
                 ));
             }
-            s.counts = Cow::Borrowed(counts);
-            s.displs = Cow::Borrowed(displs);
+            s.counts = counts;
+            s.displs = displs;
             as_bytes_mut(recv)
         } else {
             &mut []
@@ -1149,8 +1156,8 @@ impl Comm {
                     ),
                 ));
             }
-            s.counts = Cow::Borrowed(counts);
-            s.displs = Cow::Borrowed(displs);
+            s.counts = counts;
+            s.displs = displs;
             as_bytes(send)
         } else {
             &[]
@@ -1270,8 +1277,8 @@ impl Comm {
         let esize = std::mem::size_of::<T>();
         let mut s = Spec::new(c, esize, counts[me]);
         s.bytes = counts.iter().sum::<usize>() * esize / n;
-        s.counts = Cow::Borrowed(counts);
-        s.displs = Cow::Borrowed(displs);
+        s.counts = counts;
+        s.displs = displs;
         s.in_place = send.is_none();
         self.prepare(s, send.map_or(&[][..], as_bytes), as_bytes_mut(recv), None)
     }
@@ -1374,10 +1381,10 @@ impl Comm {
         }
         let mut s = Spec::new(c, std::mem::size_of::<T>(), 0);
         s.bytes = 0;
-        s.counts = Cow::Borrowed(scounts);
-        s.displs = Cow::Borrowed(sdispls);
-        s.rcounts = Cow::Borrowed(rcounts);
-        s.rdispls = Cow::Borrowed(rdispls);
+        s.counts = scounts;
+        s.displs = sdispls;
+        s.rcounts = rcounts;
+        s.rdispls = rdispls;
         self.prepare(s, as_bytes(send), as_bytes_mut(recv), None)
     }
 
@@ -1451,7 +1458,7 @@ impl Comm {
             Collective::ReduceScatter,
             None,
             buf,
-            Some(counts),
+            Some((counts, &prefix(counts))),
             op,
         ))
     }
