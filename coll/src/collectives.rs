@@ -407,12 +407,12 @@ impl Comm {
         let (counts, displs) = if s.uniform {
             (vec![s.count; n], (0..n).map(|i| i * s.count).collect())
         } else {
-            (known(&s.counts), known(&s.displs))
+            (known(s.counts), known(s.displs))
         };
         let (rcounts, rdispls) = if s.uniform {
             (counts.clone(), displs.clone())
         } else {
-            (known(&s.rcounts), known(&s.rdispls))
+            (known(s.rcounts), known(s.rdispls))
         };
         Args {
             rank: self.rank(),
@@ -507,10 +507,10 @@ impl Comm {
             op,
             esize: s.esize,
             count: s.count,
-            counts: &s.counts,
-            displs: &s.displs,
-            rcounts: &s.rcounts,
-            rdispls: &s.rdispls,
+            counts: s.counts,
+            displs: s.displs,
+            rcounts: s.rcounts,
+            rdispls: s.rdispls,
             root: s.root,
             in_place: s.in_place,
             send: c.send,
