@@ -730,7 +730,19 @@ fn concurrent(c: &Comm) {
 /// With `fast`, the collective that loses a member is a small blocking
 /// allreduce on the shared-memory fast path (the victim dies before
 /// publishing its part), else a 1 MiB schedule.
-fn death(c: &Comm, fast: bool) {
+/// What the victim dies in the middle of.
+#[derive(Clone, Copy, PartialEq)]
+enum DeathCase {
+    /// A recursive-doubling allreduce of 1 MiB (messages).
+    Schedule,
+    /// A fast-path allreduce of 8 bytes (slots only).
+    Shm,
+    /// A fast-path alltoallv of 1 MiB blocks: too big for the slots, so
+    /// every block travels as a message of the call.
+    ShmMessages,
+}
+
+fn death(c: &Comm, case: DeathCase) {
     let n = c.size();
     if n < 2 {
         fail(c, "death needs at least 2 ranks".into());
@@ -741,22 +753,23 @@ fn death(c: &Comm, fast: bool) {
     // that sends eager pieces may deliver all of it first). With 2 ranks
     // the survivor talks to the victim directly; with 3, rank 0 talks only
     // to rank 1 and learns of the death through the run's sentinel.
-    let alg = if fast { "shm" } else { "recursive_doubling" };
-    let len = if fast { 8 } else { 1 << 20 };
-    let v = vec![1u8; len];
-    let mut out = vec![0u8; len];
-    ok!(
-        c,
-        c.allreduce(&v, &mut out, ReduceOp::Sum),
-        "first allreduce"
-    );
-    ok!(
-        c,
-        force_algorithm(Collective::Allreduce, Some(alg)),
-        "force"
-    );
+    let (coll, alg, len) = match case {
+        DeathCase::Schedule => (Collective::Allreduce, "recursive_doubling", 1 << 20),
+        DeathCase::Shm => (Collective::Allreduce, "shm", 8),
+        DeathCase::ShmMessages => (Collective::Alltoallv, "shm", 1 << 20),
+    };
+    let counts = vec![len; n];
+    let displs: Vec<usize> = (0..n).map(|i| i * len).collect();
+    let v = vec![1u8; n * len];
+    let mut out = vec![0u8; n * len];
+    let call = |c: &Comm, out: &mut [u8]| match coll {
+        Collective::Alltoallv => c.alltoallv(&v, &counts, &displs, out, &counts, &displs),
+        _ => c.allreduce(&v[..len], &mut out[..len], ReduceOp::Sum),
+    };
+    ok!(c, call(c, &mut out), "first call");
+    ok!(c, force_algorithm(coll, Some(alg)), "force");
     // The victim dies only once every survivor finished the first
-    // allreduce (a death during a collective may fail it anywhere).
+    // call (a death during a collective may fail it anywhere).
     if c.rank() == victim {
         for r in 0..victim {
             let mut b = [0u8];
@@ -766,14 +779,14 @@ fn death(c: &Comm, fast: bool) {
         ok!(c, c.send(&[1u8], victim, 78), "ready");
     }
     if c.rank() == victim {
-        let _req = if fast {
-            None
-        } else {
+        let _req = if case == DeathCase::Schedule {
             Some(ok!(
                 c,
-                c.iallreduce(&v, &mut out, ReduceOp::Sum),
+                c.iallreduce(&v[..len], &mut out[..len], ReduceOp::Sum),
                 "iallreduce"
             ))
+        } else {
+            None
         };
         // SAFETY: getpid has no preconditions; SIGKILL ends us here, in
         // the middle of the collective.
@@ -783,7 +796,7 @@ fn death(c: &Comm, fast: bool) {
         unreachable!("SIGKILL returned");
     }
     let t = std::time::Instant::now();
-    match c.allreduce(&v, &mut out, ReduceOp::Sum) {
+    match call(c, &mut out) {
         Err(e) if e.is_peer_lost() => println!(
             "survivor: got expected error after {:.2} s: {e}",
             t.elapsed().as_secs_f64()
@@ -831,8 +844,9 @@ fn main() {
     });
     let mode = std::env::args().nth(1).unwrap_or_else(|| "all".into());
     match mode.as_str() {
-        "death" => death(&c, false),
-        "death_shm" => death(&c, true),
+        "death" => death(&c, DeathCase::Schedule),
+        "death_shm" => death(&c, DeathCase::Shm),
+        "death_shm_messages" => death(&c, DeathCase::ShmMessages),
         "select" => select(&c),
         "all" | "quick" => {
             all_algorithms(&c, mode == "quick");

@@ -148,7 +148,7 @@ fn algorithm_forced_by_environment_and_tuning_file() {
 
 // ---------------------------------------------------------------- peer death
 
-/// Starts `coll_check MODE` (death, death_shm) as `size` ranks on one node (shm) or one node
+/// Starts `coll_check MODE` (death, death_shm, death_shm_messages) as `size` ranks on one node (shm) or one node
 /// per rank (tcp) under the mini PMI server; the last rank dies in the
 /// middle of an allreduce. Returns (survivors' outputs, victim's output). A
 /// watchdog kills everything after 120 s, so a hang becomes a failure.
@@ -209,6 +209,15 @@ fn rank_death_mid_collective_over_shm_is_an_error() {
 fn rank_death_in_shm_fast_path_is_an_error() {
     check_survivors_of(2, false, "death_shm");
     check_survivors_of(3, false, "death_shm");
+}
+
+/// The victim dies in a fast-path alltoallv whose blocks are too big for
+/// the slots: the survivors wait on its slot and on messages to and from
+/// it, and each fails with `PeerLost`.
+#[test]
+fn rank_death_in_shm_fast_path_messages_is_an_error() {
+    check_survivors_of(2, false, "death_shm_messages");
+    check_survivors_of(3, false, "death_shm_messages");
 }
 
 #[test]
