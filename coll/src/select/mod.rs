@@ -148,29 +148,23 @@ impl Table {
         //   reduce_scatter, scan) win at every size that fits: 2 ranks
         //   0.3-0.8x, 8 ranks allreduce 8 B 13 vs 70 us;
         // - rooted ones (bcast, reduce, gather, scatter) win on 2 ranks
-        //   (0.1-0.8x up to 64 KiB), but on more ranks (oversubscribed)
-        //   only from 8 KiB: an eager schedule lets the root run hundreds
-        //   of calls ahead (0.6-1.6 us a call), the slots a few (3-7 us);
+        //   (0.1-0.8x up to 64 KiB), and since the writers prefetch their
+        //   lines (no stall per call) also on 4 and 8 ranks, oversubscribed:
+        //   bcast 8 B 0.18 vs 0.56 us (4 ranks), 0.57 vs 1.06 (8); reduce
+        //   4 KiB 1.05 vs 3.5 (4); gather 4 KiB 2.5 vs 9.1 (8). Scatter on
+        //   more than 4 ranks below 1 KiB keeps the eager schedule, whose
+        //   root runs ahead (8 ranks 8 B 1.1-1.8 vs 0.5-1.1 us);
         // - allreduce on 2 ranks only to 4 KiB (16-64 KiB: 2.4-5.9 us vs
         //   2.8-6.8), on 8 ranks to 8 KiB (64 KiB: 308 vs 384 us).
         let shm = |c, size, bytes| rule(c, size, ANY, bytes, SHM);
         let mut rules: Vec<Rule> = vec![
             shm(Barrier, 64, ANY),
-            shm(Bcast, 2, 64 * k),
-            rule(Bcast, ANY, ANY, 4 * k, "binomial"),
             shm(Bcast, 64, 64 * k),
-            shm(Reduce, 2, 64 * k),
-            rule(Reduce, ANY, ANY, 4 * k, "binomial"),
             shm(Reduce, 64, 64 * k),
-            shm(Gather, 2, 64 * k),
-            rule(Gather, 15, ANY, 8 * k, "linear"),
-            rule(Gather, ANY, ANY, 2 * k, "binomial"),
-            rule(Gather, ANY, ANY, 8 * k, "linear"),
             shm(Gather, 64, 64 * k),
-            shm(Scatter, 2, 16 * k),
-            rule(Scatter, 15, ANY, 8 * k, "linear"),
-            rule(Scatter, ANY, ANY, 2 * k, "binomial"),
-            rule(Scatter, ANY, ANY, 8 * k, "linear"),
+            shm(Scatter, 4, 64 * k),
+            rule(Scatter, 15, ANY, 512, "linear"),
+            rule(Scatter, ANY, ANY, 512, "binomial"),
             shm(Scatter, 64, 64 * k),
             // The v-forms select with 0 bytes (one rule for every size);
             // their fast paths send the blocks that do not fit the slots
