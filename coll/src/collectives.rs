@@ -288,6 +288,7 @@ impl Comm {
 
     /// Checks a v-layout: `counts`/`displs` have one entry per rank and
     /// every block fits in `len` elements.
+    #[inline]
     fn check_layout(
         &self,
         c: Collective,
@@ -297,28 +298,52 @@ impl Comm {
         len: usize,
     ) -> Result<()> {
         let n = self.size();
+        let fits = counts.len() == n
+            && displs.len() == n
+            && counts
+                .iter()
+                .zip(displs)
+                .all(|(&k, &d)| k.checked_add(d).is_some_and(|e| e <= len));
+        if fits {
+            Ok(())
+        } else {
+            Err(self.layout_err(c, what, counts, displs, len))
+        }
+    }
+
+    /// What is wrong with a layout that [`check_layout`](Self::check_layout)
+    /// refused.
+    #[cold]
+    #[inline(never)]
+    fn layout_err(
+        &self,
+        c: Collective,
+        what: &str,
+        counts: &[usize],
+        displs: &[usize],
+        len: usize,
+    ) -> Error {
+        let n = self.size();
         if counts.len() != n || displs.len() != n {
-            return Err(self.coll_err(
+            return self.coll_err(
                 c,
                 format!(
                     "{what}: {} counts and {} displacements for {n} ranks",
                     counts.len(),
                     displs.len()
                 ),
-            ));
+            );
         }
-        for i in 0..n {
-            if counts[i].checked_add(displs[i]).map_or(true, |e| e > len) {
-                return Err(self.coll_err(
-                    c,
-                    format!(
-                        "{what}: block {i} ({} elements at {}) exceeds the buffer of {len}",
-                        counts[i], displs[i]
-                    ),
-                ));
-            }
-        }
-        Ok(())
+        let i = (0..n)
+            .find(|&i| counts[i].checked_add(displs[i]).map_or(true, |e| e > len))
+            .unwrap_or(0);
+        self.coll_err(
+            c,
+            format!(
+                "{what}: block {i} ({} elements at {}) exceeds the buffer of {len}",
+                counts[i], displs[i]
+            ),
+        )
     }
 
     fn next_tag(&self) -> i32 {
