@@ -138,6 +138,56 @@ impl FastCall<'_> {
         }
     }
 
+    /// Publishes a directory and the blocks of the other members that fit
+    /// (member `r`'s: `block(r)`, byte offset in `src` and length), then
+    /// sends the others as messages into `m`.
+    ///
+    /// # Safety
+    /// `src` readable for every `block(r)` until [`finish`](Self::finish)
+    /// (the caller checked them).
+    pub unsafe fn publish_blocks(
+        &mut self,
+        m: &mut Msgs,
+        src: *const u8,
+        block: impl Fn(usize) -> (usize, usize),
+    ) -> Result<()> {
+        let (n, me, cap) = (self.size(), self.me, self.capacity());
+        let total = plan(n, me, cap, |r| block(r).1, |_, _| {});
+        let slot = self.claim(total)?;
+        let mut by_message = Vec::new();
+        // SAFETY: the slot holds `total` bytes: the directory, then each
+        // placed block at its offset (`plan`); the blocks are readable (the
+        // caller's guarantee).
+        unsafe {
+            if total > 0 {
+                write_entry(slot, me, None, 0);
+            }
+            plan(
+                n,
+                me,
+                cap,
+                |r| block(r).1,
+                |r, at| {
+                    let (off, len) = block(r);
+                    match at {
+                        Some(at) => super::copy(src.add(off), slot.add(at), len),
+                        None => by_message.push(r),
+                    }
+                    if total > 0 {
+                        write_entry(slot, r, at, len);
+                    }
+                },
+            );
+        }
+        self.publish();
+        for r in by_message {
+            let (off, len) = block(r);
+            // SAFETY: as above.
+            self.send_msg(m, r, unsafe { src.add(off) }, len);
+        }
+        Ok(())
+    }
+
     /// Member `j`'s block for this rank in `j`'s directory publication,
     /// `want` bytes long: `Some(pointer)` in the slot, `None` when it
     /// travels as a message (checked against the publication).
@@ -168,7 +218,7 @@ impl FastCall<'_> {
 /// returns the publication's length (0 when even the directory does not
 /// fit: then every block is a message). The same inputs give the same
 /// layout.
-pub(crate) fn plan(
+fn plan(
     n: usize,
     me: usize,
     cap: usize,
@@ -199,7 +249,7 @@ pub(crate) fn plan(
 ///
 /// # Safety
 /// `dir` writable for `(j + 1) * ENTRY` bytes.
-pub(crate) unsafe fn write_entry(dir: *mut u8, j: usize, off: Option<usize>, len: usize) {
+unsafe fn write_entry(dir: *mut u8, j: usize, off: Option<usize>, len: usize) {
     let off = off.map_or(BY_MESSAGE, |o| o as u32);
     let len = len.min(u32::MAX as usize) as u32;
     // SAFETY: entry `j` lies within the directory, as the caller

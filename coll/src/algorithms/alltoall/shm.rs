@@ -3,7 +3,7 @@
 //! other rank's.
 
 use crate::error::Result;
-use crate::fastpath::blocks::{plan, write_entry, Msgs};
+use crate::fastpath::blocks::Msgs;
 use crate::fastpath::{copy, FastCall, FastIo};
 
 pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
@@ -48,40 +48,9 @@ pub(crate) fn run_v(f: &mut FastCall, io: &FastIo) -> Result<()> {
         let (off, len) = rblock(r);
         io.recv_at(off, len)?;
     }
-    let cap = f.capacity();
-    let total = plan(n, me, cap, |r| sblock(r).1, |_, _| {});
-    let slot = f.claim(total)?;
-    let mut by_message = Vec::new();
-    // SAFETY: the slot holds `total` bytes: the directory, then each
-    // placed block at its offset (`plan`); the blocks were checked.
-    unsafe {
-        if total > 0 {
-            write_entry(slot, me, None, 0);
-        }
-        plan(
-            n,
-            me,
-            cap,
-            |r| sblock(r).1,
-            |r, at| {
-                let (off, len) = sblock(r);
-                match at {
-                    Some(at) => copy(io.send.add(off), slot.add(at), len),
-                    None => by_message.push(r),
-                }
-                if total > 0 {
-                    write_entry(slot, r, at, len);
-                }
-            },
-        );
-    }
-    f.publish();
     let mut m = Msgs::default();
-    for r in by_message {
-        let (off, len) = sblock(r);
-        // SAFETY: checked above.
-        f.send_msg(&mut m, r, unsafe { io.send.add(off) }, len);
-    }
+    // SAFETY: every block of the send buffer was checked above.
+    unsafe { f.publish_blocks(&mut m, io.send, sblock)? };
     let ((so, len), (ro, _)) = (sblock(me), rblock(me));
     // SAFETY: our own block, checked in both buffers (alltoallv checks
     // that it sends itself as much as it receives).

@@ -2,7 +2,7 @@
 //! whole send buffer once and goes on; every rank copies its block out.
 
 use crate::error::Result;
-use crate::fastpath::blocks::{plan, write_entry, Msgs};
+use crate::fastpath::blocks::Msgs;
 use crate::fastpath::{copy, FastCall, FastIo};
 
 pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
@@ -60,40 +60,9 @@ pub(crate) fn run_v(f: &mut FastCall, io: &FastIo) -> Result<()> {
     } else {
         Some(io.recv_at(0, block(me).1)?)
     };
-    let cap = f.capacity();
-    let total = plan(n, me, cap, |r| block(r).1, |_, _| {});
-    let slot = f.claim(total)?;
-    let mut by_message = Vec::new();
-    // SAFETY: the slot holds `total` bytes: the directory, then each
-    // placed block at its offset (`plan`); the blocks were checked.
-    unsafe {
-        if total > 0 {
-            write_entry(slot, me, None, 0);
-        }
-        plan(
-            n,
-            me,
-            cap,
-            |r| block(r).1,
-            |r, at| {
-                let (off, len) = block(r);
-                match at {
-                    Some(at) => copy(io.send.add(off), slot.add(at), len),
-                    None => by_message.push(r),
-                }
-                if total > 0 {
-                    write_entry(slot, r, at, len);
-                }
-            },
-        );
-    }
-    f.publish();
     let mut m = Msgs::default();
-    for r in by_message {
-        let (off, len) = block(r);
-        // SAFETY: checked above.
-        f.send_msg(&mut m, r, unsafe { io.send.add(off) }, len);
-    }
+    // SAFETY: every block of the send buffer was checked above.
+    unsafe { f.publish_blocks(&mut m, io.send, block)? };
     if let Some(dst) = own {
         let (off, len) = block(me);
         // SAFETY: our block of the checked send buffer and the checked
