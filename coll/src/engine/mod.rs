@@ -957,6 +957,47 @@ impl Engine {
         self.st.ops.remove(tok).and_then(|op| op.result)
     }
 
+    /// Lets go of operation `tok` of a collective that gave up (a member
+    /// failed): `Some(outcome)` when it was done (its error, if any), or
+    /// when it could be dropped safely: a receive not matched yet is
+    /// withdrawn (nothing can land in its buffer later), a send whose data
+    /// is not streaming yet reads a leaked copy from now on (the peer may
+    /// still ask for it). `None`: data is moving, wait for it.
+    pub fn abandon(&mut self, tok: Token) -> Option<Option<Error>> {
+        if self.is_done(tok) {
+            return Some(self.take_result(tok).and_then(|r| r.err()));
+        }
+        match self.st.ops.get_mut(tok) {
+            Some(Op {
+                kind:
+                    OpKind::Recv {
+                        stage: RecvStage::Posted,
+                        ..
+                    },
+                ..
+            }) => {
+                self.st.matcher.unpost(tok);
+                self.st.ops.remove(tok);
+                Some(None)
+            }
+            Some(Op {
+                kind: OpKind::Send {
+                    buf, len, stage, ..
+                },
+                ..
+            }) if *stage != SendStage::Streaming => {
+                // SAFETY: the send's buffer is still borrowed by the
+                // collective giving up; the copy is leaked so that the
+                // orphaned send may read it whenever the peer asks.
+                let copy: &'static [u8] =
+                    Box::leak(unsafe { std::slice::from_raw_parts(*buf, *len) }.into());
+                *buf = copy.as_ptr();
+                Some(None)
+            }
+            _ => None,
+        }
+    }
+
     pub fn is_done(&self, tok: Token) -> bool {
         match self.st.ops.get(tok) {
             None => true,
@@ -981,6 +1022,19 @@ impl Engine {
 
     /// Like [`Engine::peer_lost`], but only for a peer that died: one that
     /// finalized normally may still have delivered everything it owed.
+    /// A member of `group` (world ranks) whose channel failed, if any
+    /// (one load while no peer has died).
+    #[inline]
+    pub fn failed_member(&self, group: &[usize]) -> Option<usize> {
+        if !self.any_failed {
+            return None;
+        }
+        group
+            .iter()
+            .copied()
+            .find(|&g| matches!(self.chans[g].health(), Health::Failed(_)))
+    }
+
     pub fn peer_died(&self, peer: usize, op: ErrOp) -> Option<Error> {
         match self.chans[peer].health() {
             Health::Failed(_) => self.peer_err(peer, op),

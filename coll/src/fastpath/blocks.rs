@@ -108,8 +108,22 @@ impl FastCall<'_> {
     #[inline(never)]
     fn finish_msgs(&mut self, m: &mut Msgs) -> Result<()> {
         let (pending, mut err) = (std::mem::take(&mut m.pending), m.err.take());
+        let group = self.group;
         for (t, r, want) in pending {
-            self.e.wait_until(|e| e.is_done(t));
+            // A member's death may leave a live peer that gave up on the
+            // call (it will never post its side): then let go of what can
+            // be let go of safely and wait only for data already moving.
+            self.e
+                .wait_until(|e| e.is_done(t) || e.failed_member(group).is_some());
+            if !self.e.is_done(t) {
+                if err.is_none() {
+                    err = Some(self.lost(self.group[r]));
+                }
+                match self.e.abandon(t) {
+                    Some(_) => continue,
+                    None => self.e.wait_until(|e| e.is_done(t)),
+                }
+            }
             match self.e.take_result(t) {
                 Some(Ok(st)) => {
                     if let Some(w) = want.filter(|&w| w != st.len) {

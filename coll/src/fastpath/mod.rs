@@ -310,22 +310,40 @@ impl<'a> FastCall<'a> {
             ok = done();
         }
         if !ok {
+            // Any member's death ends the wait: the member waited for may
+            // be alive but have given up on this call because of it.
             let w = self.group[r];
-            self.e
-                .wait_until(|e| done() || !matches!(e.chans[w].health(), Health::Open));
+            let group = self.group;
+            self.e.wait_until(|e| {
+                done()
+                    || !matches!(e.chans[w].health(), Health::Open)
+                    || e.failed_member(group).is_some()
+            });
             ok = done();
             if !ok {
-                return Err(self.e.peer_lost(w, self.op).unwrap_or(Error::PeerLost {
-                    rank: self.e.rank(),
-                    peer: w,
-                    op: self.op,
-                    reason: "it stopped answering".into(),
-                }));
+                return Err(self.lost(w));
             }
         }
         let s = &mut self.e.fast.seen[l];
         *s = (*s).max(want);
         Ok(())
+    }
+}
+
+impl FastCall<'_> {
+    /// The error of a wait on member `w` that ended without its data:
+    /// `w` itself lost, or another member that died.
+    fn lost(&self, w: usize) -> Error {
+        let peer = match self.e.chans[w].health() {
+            Health::Open => self.e.failed_member(self.group).unwrap_or(w),
+            _ => w,
+        };
+        self.e.peer_lost(peer, self.op).unwrap_or(Error::PeerLost {
+            rank: self.e.rank(),
+            peer,
+            op: self.op,
+            reason: "it stopped answering".into(),
+        })
     }
 }
 

@@ -30,7 +30,7 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use super::{Buf, Schedule, Slice, Step};
-use crate::engine::ops::{Op as EngOp, OpKind, RecvStage, SendStage, Token};
+use crate::engine::ops::{Op as EngOp, Token};
 use crate::engine::{Engine, Posted2};
 use crate::error::{Error, Op, Result};
 use crate::ops::ByteReduce;
@@ -225,39 +225,10 @@ impl Run {
         self.aborting = true;
         let mut keep = Vec::new();
         for t in std::mem::take(&mut self.pending) {
-            if e.is_done(t) {
-                if let Some(Err(x)) = e.take_result(t) {
-                    self.record(x);
-                }
-                continue;
-            }
-            match e.st.ops.get_mut(t) {
-                Some(EngOp {
-                    kind:
-                        OpKind::Recv {
-                            stage: RecvStage::Posted,
-                            ..
-                        },
-                    ..
-                }) => {
-                    e.st.matcher.unpost(t);
-                    e.st.ops.remove(t);
-                }
-                Some(EngOp {
-                    kind:
-                        OpKind::Send {
-                            buf, len, stage, ..
-                        },
-                    ..
-                }) if *stage != SendStage::Streaming => {
-                    // SAFETY: the send's buffer is still borrowed by this
-                    // run; the copy is leaked so the orphaned send may read
-                    // it whenever the peer asks for the data.
-                    let copy: &'static [u8] =
-                        Box::leak(unsafe { std::slice::from_raw_parts(*buf, *len) }.into());
-                    *buf = copy.as_ptr();
-                }
-                _ => keep.push(t),
+            match e.abandon(t) {
+                Some(Some(x)) => self.record(x),
+                Some(None) => {}
+                None => keep.push(t),
             }
         }
         self.pending = keep;

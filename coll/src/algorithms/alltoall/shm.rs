@@ -55,10 +55,9 @@ pub(crate) fn run_v(f: &mut FastCall, io: &FastIo) -> Result<()> {
     // SAFETY: our own block, checked in both buffers (alltoallv checks
     // that it sends itself as much as it receives).
     unsafe { copy(io.send.add(so), io.recv.add(ro), len) };
+    // After an error every other member's block is still taken (a live
+    // member's message must find its receive, or it waits for one).
     for r in (0..n).filter(|&r| r != me) {
-        if m.failed() {
-            break;
-        }
         let (off, len) = rblock(r);
         // SAFETY: checked above.
         let dst = unsafe { io.recv.add(off) };
