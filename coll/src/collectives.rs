@@ -40,7 +40,7 @@ use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::rc::Rc;
 
-use crate::algorithms::{find, node_groups, prefix, Args, Collective, SHM};
+use crate::algorithms::{find, node_groups, prefix, Args, Collective};
 use crate::comm::Comm;
 use crate::datatype::{as_bytes, as_bytes_mut, Datatype};
 use crate::engine::Engine;
@@ -547,9 +547,9 @@ impl Comm {
         let fast_ok = info.fast.is_some()
             && fastpath::bytes_needed(s.coll, &io, self.size())
                 .is_some_and(|b| b <= self.eng.borrow().cfg.shm_coll_bytes);
-        let choice = select::choose(s.coll, self.size(), info.ppn, s.bytes, fast_ok)
+        let (choice, shm) = select::choose_marked(s.coll, self.size(), info.ppn, s.bytes, fast_ok)
             .map_err(|e| e.with_op(op))?;
-        if choice.algorithm == SHM {
+        if shm {
             if let Some(locals) = &info.fast {
                 let mut e = self.eng.borrow_mut();
                 if let Some(node) = e.node.clone() {

@@ -55,6 +55,10 @@ pub(crate) struct SeqState {
     seq: u64,
     /// By local rank: the highest sequence number seen published.
     seen: Vec<u64>,
+    /// At most the lowest `seen` of the other local ranks (refreshed by
+    /// `claim` when it looks at them; `seen` only grows), so that most
+    /// claims need not look at every member.
+    min_other: u64,
 }
 
 impl SeqState {
@@ -62,6 +66,7 @@ impl SeqState {
         SeqState {
             seq: 0,
             seen: vec![0; local_size],
+            min_other: 0,
         }
     }
 }
@@ -161,7 +166,7 @@ impl<'a> FastCall<'a> {
         } else {
             SLOT_BUFFERS
         } as u64;
-        if self.k > window {
+        if self.k > window && self.e.fast.min_other < self.k - window + 1 {
             let need = self.k - window + 1;
             // The latest call a member can have published, and the latest
             // one every member publishes (lazy arrivals skip the others).
@@ -200,6 +205,13 @@ impl<'a> FastCall<'a> {
                     self.wait_any(r, need, need.next_multiple_of(ARRIVE_EVERY))?;
                 }
             }
+            let mine = self.locals[self.me];
+            let seen = &self.e.fast.seen;
+            self.e.fast.min_other = (0..seen.len())
+                .filter(|&l| l != mine)
+                .map(|l| seen[l])
+                .min()
+                .unwrap_or(u64::MAX);
         }
         self.claimed = len;
         Ok(self.area.data(self.locals[self.me], self.k, len))

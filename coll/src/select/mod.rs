@@ -422,7 +422,8 @@ thread_local! {
     static GENERATION: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     /// The last choice per collective: a loop of identical calls selects
     /// once (the environment and tuning file are read once anyway).
-    static MEMO: RefCell<[Option<(MemoKey, Choice)>; 16]> = const { RefCell::new([None; 16]) };
+    /// With it, whether the choice is the fast path (compared once).
+    static MEMO: RefCell<[Option<(MemoKey, Choice, bool)>; 16]> = const { RefCell::new([None; 16]) };
     static FILE: RefCell<Option<std::result::Result<Option<Table>, String>>> = const { RefCell::new(None) };
     static DEFAULT: Table = Table::default_table();
     /// `IBCOLL_<COLL>_ALGORITHM`, read once per collective.
@@ -538,24 +539,40 @@ pub fn choose(
     bytes: usize,
     fast_ok: bool,
 ) -> Result<Choice> {
+    choose_marked(c, size, ppn, bytes, fast_ok).map(|(ch, _)| ch)
+}
+
+/// [`choose`], and whether the choice is the shared-memory fast path.
+#[inline]
+pub(crate) fn choose_marked(
+    c: Collective,
+    size: usize,
+    ppn: usize,
+    bytes: usize,
+    fast_ok: bool,
+) -> Result<(Choice, bool)> {
     let key = (GENERATION.with(|g| g.get()), size, ppn, bytes, fast_ok);
     let hit = MEMO.with(|m| match m.borrow()[c.index()] {
-        Some((k, ch)) if k == key => Some(ch),
+        Some((k, ch, shm)) if k == key => Some((ch, shm)),
         _ => None,
     });
     match hit {
-        Some(ch) => Ok(ch),
+        Some(hit) => Ok(hit),
         None => choose_and_remember(c, key),
     }
 }
 
 #[cold]
 #[inline(never)]
-fn choose_and_remember(c: Collective, key: (u64, usize, usize, usize, bool)) -> Result<Choice> {
+fn choose_and_remember(
+    c: Collective,
+    key: (u64, usize, usize, usize, bool),
+) -> Result<(Choice, bool)> {
     let (_, size, ppn, bytes, fast_ok) = key;
     let ch = choose_uncached(c, size, ppn, bytes, fast_ok)?;
-    MEMO.with(|m| m.borrow_mut()[c.index()] = Some((key, ch)));
-    Ok(ch)
+    let shm = ch.algorithm == SHM;
+    MEMO.with(|m| m.borrow_mut()[c.index()] = Some((key, ch, shm)));
+    Ok((ch, shm))
 }
 
 fn choose_uncached(
