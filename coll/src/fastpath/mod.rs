@@ -396,18 +396,26 @@ impl FastIo<'_> {
         self.displs.get(r).copied().unwrap_or(r * self.count)
     }
 
+    #[inline]
     fn range(&self, what: &str, cap: usize, off: usize, len: usize) -> Result<()> {
         if off.checked_add(len).map_or(true, |e| e > cap) {
-            return Err(Error::InvalidArgument {
-                rank: self.rank,
-                op: self.op,
-                detail: format!("{what}: {len} bytes at {off} exceed the buffer of {cap}"),
-            });
+            return Err(self.range_err(what, cap, off, len));
         }
         Ok(())
     }
 
+    #[cold]
+    #[inline(never)]
+    fn range_err(&self, what: &str, cap: usize, off: usize, len: usize) -> Error {
+        Error::InvalidArgument {
+            rank: self.rank,
+            op: self.op,
+            detail: format!("{what}: {len} bytes at {off} exceed the buffer of {cap}"),
+        }
+    }
+
     /// `len` bytes of the send buffer at byte `off` (checked).
+    #[inline]
     pub fn send_at(&self, off: usize, len: usize) -> Result<*const u8> {
         self.range("send", self.send_len, off, len)?;
         // SAFETY: in bounds of the send buffer (checked above).
@@ -415,6 +423,7 @@ impl FastIo<'_> {
     }
 
     /// `len` bytes of the receive buffer at byte `off` (checked).
+    #[inline]
     pub fn recv_at(&self, off: usize, len: usize) -> Result<*mut u8> {
         self.range("receive", self.recv_len, off, len)?;
         // SAFETY: in bounds of the receive buffer (checked above).
@@ -422,6 +431,7 @@ impl FastIo<'_> {
     }
 
     /// `len` bytes of the input (send, or receive when in place) at `off`.
+    #[inline]
     pub fn input_at(&self, off: usize, len: usize) -> Result<*const u8> {
         if self.in_place {
             self.recv_at(off, len).map(|p| p as *const u8)
