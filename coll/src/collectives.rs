@@ -546,7 +546,7 @@ impl Comm {
         };
         let fast_ok = info.fast.is_some()
             && fastpath::bytes_needed(s.coll, &io, self.size())
-                .is_some_and(|b| b <= self.eng.borrow().cfg.shm_coll_bytes);
+                <= self.eng.borrow().cfg.shm_coll_bytes;
         let (choice, shm) = select::choose_marked(s.coll, self.size(), info.ppn, s.bytes, fast_ok)
             .map_err(|e| e.with_op(op))?;
         if shm {

@@ -137,8 +137,7 @@ impl<'a> SlotArea<'a> {
             "slot of local rank {rank} of {}",
             self.ranks
         );
-        let idx = (seq % SLOT_LINES as u64) as usize;
-        let off = rank * LINES_BYTES + idx * CACHE_LINE;
+        let off = rank * LINES_BYTES + (seq % SLOT_LINES as u64) as usize * CACHE_LINE;
         // SAFETY: `new` checked that the lines of every rank fit in the
         // extra area, and `off` lies within rank `rank`'s.
         unsafe { self.base.add(off) }

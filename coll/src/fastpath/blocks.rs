@@ -24,7 +24,7 @@ use crate::engine::Posted2;
 use crate::error::{Error, Result};
 
 /// Directory entry of a block that travels as a message.
-pub(crate) const BY_MESSAGE: u32 = u32::MAX;
+const BY_MESSAGE: u32 = u32::MAX;
 
 /// Bytes of one directory entry: offset and length, `u32` each.
 const ENTRY: usize = 8;
@@ -116,9 +116,7 @@ impl FastCall<'_> {
             self.e
                 .wait_until(|e| e.is_done(t) || e.failed_member(group).is_some());
             if !self.e.is_done(t) {
-                if err.is_none() {
-                    err = Some(self.lost(self.group[r]));
-                }
+                err.get_or_insert_with(|| self.lost(self.group[r]));
                 match self.e.abandon(t) {
                     Some(_) => continue,
                     None => self.e.wait_until(|e| e.is_done(t)),
@@ -137,19 +135,6 @@ impl FastCall<'_> {
             }
         }
         err.map_or(Ok(()), |e| Err(e.with_op(self.op)))
-    }
-
-    /// The error of member `r` sending `got` bytes where `want` were
-    /// expected.
-    pub fn mismatch(&self, r: usize, got: usize, want: usize) -> Error {
-        Error::InvalidArgument {
-            rank: self.e.rank(),
-            op: self.op,
-            detail: format!(
-                "rank {} sent {got} bytes where {want} were expected (arguments differ between ranks)",
-                self.group[r]
-            ),
-        }
     }
 
     /// Publishes a directory and the blocks of the other members that fit

@@ -261,16 +261,22 @@ impl<'a> FastCall<'a> {
     pub fn data_of(&mut self, r: usize, len: usize) -> Result<*const u8> {
         let (p, got) = self.publication_of(r)?;
         if got != len {
-            return Err(Error::InvalidArgument {
-                rank: self.e.rank(),
-                op: self.op,
-                detail: format!(
-                    "rank {} contributed {got} bytes where {len} were expected (arguments differ between ranks)",
-                    self.group[r]
-                ),
-            });
+            return Err(self.mismatch(r, got, len));
         }
         Ok(p)
+    }
+
+    /// The error of member `r` contributing `got` bytes (in its slot or
+    /// as a message) where `want` were expected.
+    pub fn mismatch(&self, r: usize, got: usize, want: usize) -> Error {
+        Error::InvalidArgument {
+            rank: self.e.rank(),
+            op: self.op,
+            detail: format!(
+                "rank {} contributed {got} bytes where {want} were expected (arguments differ between ranks)",
+                self.group[r]
+            ),
+        }
     }
 
     /// Waits for member `r`'s publication of this call, whatever its
@@ -340,9 +346,7 @@ impl<'a> FastCall<'a> {
         *s = (*s).max(want);
         Ok(())
     }
-}
 
-impl FastCall<'_> {
     /// The error of a wait on member `w` that ended without its data:
     /// `w` itself lost, or another member that died.
     fn lost(&self, w: usize) -> Error {
@@ -394,6 +398,11 @@ impl FastIo<'_> {
     /// Element offset of rank `r`'s block.
     pub fn displ_of(&self, r: usize) -> usize {
         self.displs.get(r).copied().unwrap_or(r * self.count)
+    }
+
+    /// Rank `r`'s block in bytes: offset and length.
+    pub fn block(&self, r: usize) -> (usize, usize) {
+        (self.displ_of(r) * self.esize, self.count_of(r) * self.esize)
     }
 
     #[inline]
@@ -505,15 +514,11 @@ pub(crate) unsafe fn copy(src: *const u8, dst: *mut u8, len: usize) {
 }
 
 /// Bytes one rank publishes in a fast-path `c` (the same on every rank
-/// for valid arguments), or `None` when `c` has no fast path.
-pub(crate) fn bytes_needed(
-    c: crate::algorithms::Collective,
-    io: &FastIo,
-    n: usize,
-) -> Option<usize> {
+/// for valid arguments).
+pub(crate) fn bytes_needed(c: crate::algorithms::Collective, io: &FastIo, n: usize) -> usize {
     use crate::algorithms::Collective::*;
     let block = io.count * io.esize;
-    Some(match c {
+    match c {
         Barrier => 0,
         Bcast | Reduce | Allreduce | Scan | Exscan | Gather | Allgather => block,
         Scatter | Alltoall => n * block,
@@ -523,7 +528,7 @@ pub(crate) fn bytes_needed(
         }
         // Every rank sizes its blocks itself (`blocks`).
         Gatherv | Scatterv | Alltoallv => 0,
-    })
+    }
 }
 
 /// Runs the fast path of `c`.

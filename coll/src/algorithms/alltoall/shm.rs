@@ -36,7 +36,7 @@ pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
 pub(crate) fn run_v(f: &mut FastCall, io: &FastIo) -> Result<()> {
     let n = f.size();
     let me = f.rank();
-    let sblock = |r: usize| (io.displ_of(r) * io.esize, io.count_of(r) * io.esize);
+    let sblock = |r: usize| io.block(r);
     let rblock = |r: usize| {
         let c = io.rcounts.get(r).copied().unwrap_or(0);
         let d = io.rdispls.get(r).copied().unwrap_or(0);

@@ -29,12 +29,11 @@ pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
     f.arrive_lazy()?;
     let n = f.size();
     let cap = f.capacity();
-    let block = |r: usize| (io.displ_of(r) * io.esize, io.count_of(r) * io.esize);
-    if (0..n).any(|r| r != me && block(r).1 > cap) {
+    if (0..n).any(|r| r != me && io.block(r).1 > cap) {
         return gather_with_messages(f, io);
     }
     for r in 0..n {
-        let (off, len) = block(r);
+        let (off, len) = io.block(r);
         let dst = io.recv_at(off, len)?;
         let src = if r != me {
             f.data_of(r, len)?
@@ -57,22 +56,21 @@ fn gather_with_messages(f: &mut FastCall, io: &FastIo) -> Result<()> {
     let n = f.size();
     let me = f.rank();
     let cap = f.capacity();
-    let block = |r: usize| (io.displ_of(r) * io.esize, io.count_of(r) * io.esize);
     for r in 0..n {
-        let (off, len) = block(r);
+        let (off, len) = io.block(r);
         io.recv_at(off, len)?;
     }
     if !io.in_place {
-        io.send_at(0, block(me).1)?;
+        io.send_at(0, io.block(me).1)?;
     }
     let mut m = Msgs::default();
-    for r in (0..n).filter(|&r| r != me && block(r).1 > cap) {
-        let (off, len) = block(r);
+    for r in (0..n).filter(|&r| r != me && io.block(r).1 > cap) {
+        let (off, len) = io.block(r);
         let dst = io.recv_at(off, len)?;
         f.recv_msg(&mut m, r, dst, len);
     }
     for r in 0..n {
-        let (off, len) = block(r);
+        let (off, len) = io.block(r);
         let dst = io.recv_at(off, len)?;
         let src = if r != me {
             if len > cap || m.failed() {

@@ -50,21 +50,20 @@ pub(crate) fn run_v(f: &mut FastCall, io: &FastIo) -> Result<()> {
         }
         return f.finish(&mut m);
     }
-    let block = |r: usize| (io.displ_of(r) * io.esize, io.count_of(r) * io.esize);
     for r in 0..n {
-        let (off, len) = block(r);
+        let (off, len) = io.block(r);
         io.send_at(off, len)?;
     }
     let own = if io.in_place {
         None
     } else {
-        Some(io.recv_at(0, block(me).1)?)
+        Some(io.recv_at(0, io.block(me).1)?)
     };
     let mut m = Msgs::default();
     // SAFETY: every block of the send buffer was checked above.
-    unsafe { f.publish_blocks(&mut m, io.send, block)? };
+    unsafe { f.publish_blocks(&mut m, io.send, |r| io.block(r))? };
     if let Some(dst) = own {
-        let (off, len) = block(me);
+        let (off, len) = io.block(me);
         // SAFETY: our block of the checked send buffer and the checked
         // receive buffer.
         unsafe { copy(io.send.add(off), dst, len) };
