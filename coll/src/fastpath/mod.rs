@@ -237,6 +237,30 @@ impl<'a> FastCall<'a> {
         }
     }
 
+    /// Claims this rank's slot for `len` bytes, copies them from `src` and
+    /// publishes them; returns where they lie now.
+    ///
+    /// # Safety
+    /// `src` readable for `len` bytes, outside this rank's slots.
+    pub unsafe fn publish_copy(&mut self, src: *const u8, len: usize) -> Result<*const u8> {
+        if len > self.capacity() {
+            return Err(Error::InvalidArgument {
+                rank: self.e.rank(),
+                op: self.op,
+                detail: format!(
+                    "{len} bytes exceed the shared-memory slot of {}",
+                    self.capacity()
+                ),
+            });
+        }
+        let slot = self.claim(len)?;
+        // SAFETY: the slot holds `capacity() >= len` bytes; `src` as the
+        // caller guarantees.
+        unsafe { copy(src, slot, len) };
+        self.publish();
+        Ok(slot)
+    }
+
     /// Claims and publishes this rank's arrival without data.
     pub fn arrive(&mut self) -> Result<()> {
         self.claim(0)?;

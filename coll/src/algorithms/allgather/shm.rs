@@ -15,10 +15,8 @@ pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
     } else {
         io.send_at(0, mine)?
     };
-    let slot = f.claim(mine)?;
-    // SAFETY: the slot holds at least the largest block; `input` was checked.
-    unsafe { copy(input, slot, mine) };
-    f.publish();
+    // SAFETY: `input` was checked.
+    unsafe { f.publish_copy(input, mine)? };
     if !io.in_place {
         // SAFETY: our send block and its place in the receive buffer.
         unsafe { copy(input, own_dst, mine) };

@@ -5,16 +5,14 @@
 //! switches to the message-based algorithms beyond.
 
 use crate::error::Result;
-use crate::fastpath::{copy, fold, FastCall, FastIo};
+use crate::fastpath::{fold, FastCall, FastIo};
 
 pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
     let len = io.count * io.esize;
     let input = io.input_at(0, len)?;
     let acc = io.recv_at(0, len)?;
-    let slot = f.claim(len)?;
-    // SAFETY: the slot holds at least `len` bytes; `input` was checked.
-    unsafe { copy(input, slot, len) };
-    f.publish();
+    // SAFETY: `input` was checked.
+    let slot = unsafe { f.publish_copy(input, len)? };
     let n = f.size();
     // SAFETY: our slot holds our `len` bytes; `acc` is our receive buffer,
     // disjoint from every slot.

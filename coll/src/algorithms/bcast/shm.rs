@@ -9,11 +9,8 @@ pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
     let len = io.count * io.esize;
     let dst = io.recv_at(0, len)?;
     if f.rank() == io.root {
-        let slot = f.claim(len)?;
-        // SAFETY: the claimed slot holds `capacity() >= len` bytes (the
-        // caller checked), `dst` has `len` readable bytes (checked).
-        unsafe { copy(dst, slot, len) };
-        f.publish();
+        // SAFETY: `dst` has `len` readable bytes (checked).
+        unsafe { f.publish_copy(dst, len)? };
     } else {
         f.arrive_lazy()?;
         let src = f.data_of(io.root, len)?;

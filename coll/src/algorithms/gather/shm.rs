@@ -19,11 +19,8 @@ pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
             f.send_msg(&mut m, io.root, input, len);
             return f.finish(&mut m);
         }
-        let slot = f.claim(len)?;
-        // SAFETY: the slot holds `len` bytes (checked above); `input` was
-        // checked.
-        unsafe { copy(input, slot, len) };
-        f.publish();
+        // SAFETY: `input` was checked.
+        unsafe { f.publish_copy(input, len)? };
         return Ok(());
     }
     f.arrive_lazy()?;

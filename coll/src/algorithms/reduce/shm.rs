@@ -3,28 +3,23 @@
 //! order, `((x0 op x1) op x2) ...`, straight out of the slots.
 
 use crate::error::Result;
-use crate::fastpath::{copy, fold, FastCall, FastIo};
+use crate::fastpath::{fold, FastCall, FastIo};
 
 pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
     let len = io.count * io.esize;
     let me = f.rank();
     let input = io.input_at(0, len)?;
     if me != io.root {
-        let slot = f.claim(len)?;
-        // SAFETY: the slot holds at least `len` bytes; `input` was checked.
-        unsafe { copy(input, slot, len) };
-        f.publish();
+        // SAFETY: `input` was checked.
+        unsafe { f.publish_copy(input, len)? };
         return Ok(());
     }
     let acc = io.recv_at(0, len)?;
     // In place on a root other than rank 0, the accumulator starts as rank
     // 0's input and would overwrite ours: keep ours in the slot first.
     let own = if io.in_place && me != 0 {
-        let slot = f.claim(len)?;
         // SAFETY: as above.
-        unsafe { copy(input, slot, len) };
-        f.publish();
-        slot as *const u8
+        unsafe { f.publish_copy(input, len)? }
     } else {
         f.arrive_lazy()?;
         input

@@ -3,7 +3,7 @@
 //! every input in rank order, `((x0 op x1) op x2) ...`.
 
 use crate::error::Result;
-use crate::fastpath::{copy, fold, FastCall, FastIo};
+use crate::fastpath::{fold, FastCall, FastIo};
 
 pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
     let es = io.esize;
@@ -13,10 +13,8 @@ pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
     let (off, len) = (io.displ_of(me) * es, io.count_of(me) * es);
     let input = io.input_at(0, total)?;
     let acc = io.recv_at(0, len)?;
-    let slot = f.claim(total)?;
-    // SAFETY: the slot holds at least `total` bytes; `input` was checked.
-    unsafe { copy(input, slot, total) };
-    f.publish();
+    // SAFETY: `input` was checked.
+    let slot = unsafe { f.publish_copy(input, total)? };
     // SAFETY: our slot holds our `total` bytes (in place, the accumulator
     // overlaps our input, so ours is read from there); `acc` is our
     // receive buffer, disjoint from every slot.

@@ -4,7 +4,7 @@
 //! Rank 0 of an exscan leaves its output untouched, as MPI does.
 
 use crate::error::Result;
-use crate::fastpath::{copy, fold, FastCall, FastIo};
+use crate::fastpath::{fold, FastCall, FastIo};
 
 pub(crate) fn run(f: &mut FastCall, io: &FastIo, inclusive: bool) -> Result<()> {
     let len = io.count * io.esize;
@@ -16,11 +16,8 @@ pub(crate) fn run(f: &mut FastCall, io: &FastIo, inclusive: bool) -> Result<()> 
         f.arrive_lazy()?;
         input
     } else {
-        let slot = f.claim(len)?;
-        // SAFETY: the slot holds at least `len` bytes; `input` was checked.
-        unsafe { copy(input, slot, len) };
-        f.publish();
-        slot as *const u8
+        // SAFETY: `input` was checked.
+        unsafe { f.publish_copy(input, len)? }
     };
     let last = if inclusive { me + 1 } else { me };
     if last == 0 {
