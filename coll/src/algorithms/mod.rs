@@ -201,7 +201,7 @@ pub enum Kind {
     /// A schedule of messages, built by this function (any communicator,
     /// blocking or not; the simulator runs these).
     Schedule(BuildFn),
-    /// The shared-memory fast path (`<collective>/shm.rs`, run by
+    /// The shared-memory fast path (`fastpath/<collective>.rs`, run by
     /// `crate::fastpath`): blocking calls on a communicator that holds
     /// every rank of one node, with data that fits the publication slots.
     /// Other calls that select it take the best schedule instead.

@@ -495,7 +495,7 @@ impl Engine {
             last_liveness: Instant::now(),
             any_failed: false,
             wake: None,
-            fast: crate::fastpath::SeqState::new(local_size),
+            fast: super::FastSeq::new(local_size),
         })
     }
 }

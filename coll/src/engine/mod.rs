@@ -619,6 +619,30 @@ pub(crate) enum Posted2 {
     Pending(Token),
 }
 
+/// The shared-memory fast paths' sequence, per process (kept here because
+/// every communicator of the node shares it; `crate::fastpath` reads and
+/// advances it).
+pub(crate) struct FastSeq {
+    /// Number of the last fast-path collective.
+    pub seq: u64,
+    /// By local rank: the highest sequence number seen published.
+    pub seen: Vec<u64>,
+    /// At most the lowest `seen` of the other local ranks (refreshed by a
+    /// claim when it looks at them; `seen` only grows), so that most
+    /// claims need not look at every member.
+    pub min_other: u64,
+}
+
+impl FastSeq {
+    pub fn new(local_size: usize) -> FastSeq {
+        FastSeq {
+            seq: 0,
+            seen: vec![0; local_size],
+            min_other: 0,
+        }
+    }
+}
+
 /// The engine of one process.
 pub(crate) struct Engine {
     pub st: State,
@@ -654,7 +678,7 @@ pub(crate) struct Engine {
     pub(crate) wake: Option<std::result::Result<ibcoll_shm::WakeFifo, ()>>,
     /// Shared-memory collective fast paths: their sequence and what was
     /// seen of the other local ranks (see `crate::fastpath`).
-    pub(crate) fast: crate::fastpath::SeqState,
+    pub(crate) fast: FastSeq,
 }
 
 impl Engine {

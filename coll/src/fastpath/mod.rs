@@ -31,6 +31,17 @@
 
 pub(crate) mod blocks;
 
+mod allgather;
+mod allreduce;
+mod alltoall;
+mod barrier;
+mod bcast;
+mod gather;
+mod reduce;
+mod reduce_scatter;
+mod scan;
+mod scatter;
+
 use std::rc::Rc;
 
 use ibcoll_shm::{NodeSegment, SlotArea, SLOT_BUFFERS, SLOT_INLINE, SLOT_LINES};
@@ -48,28 +59,6 @@ const ARRIVE_EVERY: u64 = (SLOT_BUFFERS / 2) as u64;
 /// Iterations of the tight spin on a flag before the engine's wait loop
 /// (which polls the channels on every pass, then yields) takes over.
 const FLAG_SPIN: u32 = 256;
-
-/// The fast paths' sequence, per process.
-pub(crate) struct SeqState {
-    /// Number of the last fast-path collective.
-    seq: u64,
-    /// By local rank: the highest sequence number seen published.
-    seen: Vec<u64>,
-    /// At most the lowest `seen` of the other local ranks (refreshed by
-    /// `claim` when it looks at them; `seen` only grows), so that most
-    /// claims need not look at every member.
-    min_other: u64,
-}
-
-impl SeqState {
-    pub fn new(local_size: usize) -> SeqState {
-        SeqState {
-            seq: 0,
-            seen: vec![0; local_size],
-            min_other: 0,
-        }
-    }
-}
 
 /// Local rank of every member when a communicator of `group` (world ranks)
 /// qualifies for the fast paths, else `None`.
@@ -558,21 +547,20 @@ pub(crate) fn bytes_needed(c: crate::algorithms::Collective, io: &FastIo, n: usi
 /// Runs the fast path of `c`.
 pub(crate) fn run(c: crate::algorithms::Collective, f: &mut FastCall, io: &FastIo) -> Result<()> {
     use crate::algorithms::Collective::*;
-    use crate::algorithms::*;
     match c {
-        Barrier => barrier::shm::run(f),
-        Bcast => bcast::shm::run(f, io),
-        Reduce => reduce::shm::run(f, io),
-        Allreduce => allreduce::shm::run(f, io),
-        Gather | Gatherv => gather::shm::run(f, io),
-        Scatter => scatter::shm::run(f, io),
-        Scatterv => scatter::shm::run_v(f, io),
-        Allgather | Allgatherv => allgather::shm::run(f, io),
-        Alltoall => alltoall::shm::run(f, io),
-        Alltoallv => alltoall::shm::run_v(f, io),
-        ReduceScatter | ReduceScatterBlock => reduce_scatter::shm::run(f, io),
-        Scan => scan::shm::run(f, io, true),
-        Exscan => scan::shm::run(f, io, false),
+        Barrier => barrier::run(f),
+        Bcast => bcast::run(f, io),
+        Reduce => reduce::run(f, io),
+        Allreduce => allreduce::run(f, io),
+        Gather | Gatherv => gather::run(f, io),
+        Scatter => scatter::run(f, io),
+        Scatterv => scatter::run_v(f, io),
+        Allgather | Allgatherv => allgather::run(f, io),
+        Alltoall => alltoall::run(f, io),
+        Alltoallv => alltoall::run_v(f, io),
+        ReduceScatter | ReduceScatterBlock => reduce_scatter::run(f, io),
+        Scan => scan::run(f, io, true),
+        Exscan => scan::run(f, io, false),
     }
 }
 

@@ -336,11 +336,7 @@ impl Run {
                 _ => {}
             }
         }
-        self.early = if std::env::var_os("XEARLY").is_some() {
-            0
-        } else {
-            self.early_local_steps()
-        };
+        self.early = self.early_local_steps();
         Ok(())
     }
 

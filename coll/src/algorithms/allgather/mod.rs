@@ -3,7 +3,6 @@
 pub mod bruck;
 pub mod recursive_doubling;
 pub mod ring;
-pub(crate) mod shm;
 
 use crate::algorithms::Args;
 use crate::schedule::{Buf, Builder};

@@ -5,4 +5,3 @@ pub mod node_aware;
 pub mod rabenseifner;
 pub mod recursive_doubling;
 pub mod ring;
-pub(crate) mod shm;

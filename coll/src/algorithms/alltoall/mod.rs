@@ -4,7 +4,6 @@
 pub mod bruck;
 pub mod linear;
 pub mod pairwise;
-pub(crate) mod shm;
 
 use crate::algorithms::Args;
 use crate::schedule::{Buf, Builder};

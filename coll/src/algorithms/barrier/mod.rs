@@ -1,4 +1,3 @@
 //! Barrier algorithms.
 pub mod dissemination;
-pub(crate) mod shm;
 pub mod tree;

@@ -2,4 +2,3 @@
 pub mod binomial;
 pub mod chain;
 pub mod scatter_allgather;
-pub(crate) mod shm;

@@ -1,4 +1,3 @@
 //! Gather algorithms (linear also serves gatherv).
 pub mod binomial;
 pub mod linear;
-pub(crate) mod shm;

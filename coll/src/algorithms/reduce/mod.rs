@@ -1,4 +1,3 @@
 //! Reduce algorithms.
 pub mod binomial;
 pub mod reduce_scatter_gather;
-pub(crate) mod shm;

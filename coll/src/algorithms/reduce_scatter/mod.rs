@@ -1,4 +1,3 @@
 //! Reduce-scatter algorithms (also used for reduce_scatter_block).
 pub mod recursive_halving;
 pub mod ring;
-pub(crate) mod shm;

@@ -1,4 +1,3 @@
 //! Scan and exscan algorithms.
 pub mod chain;
 pub mod recursive_doubling;
-pub(crate) mod shm;

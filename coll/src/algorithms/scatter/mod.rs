@@ -1,4 +1,3 @@
 //! Scatter algorithms (linear also serves scatterv).
 pub mod binomial;
 pub mod linear;
-pub(crate) mod shm;
