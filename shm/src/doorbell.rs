@@ -1,4 +1,5 @@
-//! Futex doorbells for blocking waits, and the spin → yield → block waiter.
+//! Futex doorbells for blocking waits, and [`Waiter`]: the common
+//! [`Backoff`](crate::backoff::Backoff) ending in a sleep on a doorbell.
 //!
 //! Each local rank owns one [`Doorbell`] in the node segment and is the only
 //! one that sleeps on it; any peer that makes work for it (pushes a record,
@@ -23,6 +24,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use crate::backoff::{Backoff, Step};
 use crate::layout::FALSE_SHARING_STRIDE;
 
 /// Longest sleep when the sleeper's barrier failed while ringers skip
@@ -234,8 +236,8 @@ pub enum WaitStep {
     TimedOut,
 }
 
-/// Escalating wait: spin, then yield, then block on a doorbell, each phase
-/// a configured number of times. The caller owns the loop, so it can make
+/// Escalating wait ([`Backoff`]): spin, then yield, then block on a
+/// doorbell, each phase a configured number of times. The caller owns the loop, so it can make
 /// progress and check liveness between steps:
 ///
 /// ```no_run
@@ -253,8 +255,7 @@ pub enum WaitStep {
 #[derive(Clone, Debug)]
 pub struct Waiter {
     policy: WaitPolicy,
-    spun: u32,
-    yielded: u32,
+    backoff: Backoff,
 }
 
 impl Waiter {
@@ -262,8 +263,7 @@ impl Waiter {
     pub fn new(policy: WaitPolicy) -> Waiter {
         Waiter {
             policy,
-            spun: 0,
-            yielded: 0,
+            backoff: Backoff::new(policy.spins, policy.yields),
         }
     }
 
@@ -274,26 +274,20 @@ impl Waiter {
 
     /// Back to spinning; call when progress was made.
     pub fn reset(&mut self) {
-        self.spun = 0;
-        self.yielded = 0;
+        self.backoff.reset();
     }
 
-    /// Waits a little, per the current phase. `ready` is only called in the
-    /// blocking phase, for the re-check after announcing sleep on `bell`.
+    /// Waits a little, per the current phase ([`Backoff`]). `ready` is only
+    /// called in the blocking phase, for the re-check after announcing
+    /// sleep on `bell`.
     pub fn step(&mut self, bell: &Doorbell, ready: impl FnMut() -> bool) -> WaitStep {
-        if self.spun < self.policy.spins {
-            self.spun += 1;
-            std::hint::spin_loop();
-            return WaitStep::Spun;
-        }
-        if self.yielded < self.policy.yields {
-            self.yielded += 1;
-            std::thread::yield_now();
-            return WaitStep::Yielded;
-        }
-        match bell.sleep(ready, self.policy.block_timeout) {
-            SleepOutcome::TimedOut => WaitStep::TimedOut,
-            SleepOutcome::Ready | SleepOutcome::Woken => WaitStep::Slept,
+        match self.backoff.step() {
+            Step::Check | Step::Spin => WaitStep::Spun,
+            Step::Yield => WaitStep::Yielded,
+            Step::Block => match bell.sleep(ready, self.policy.block_timeout) {
+                SleepOutcome::TimedOut => WaitStep::TimedOut,
+                SleepOutcome::Ready | SleepOutcome::Woken => WaitStep::Slept,
+            },
         }
     }
 }

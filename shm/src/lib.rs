@@ -14,6 +14,7 @@
 
 #![warn(missing_docs)]
 
+pub mod backoff;
 pub mod cma;
 pub mod doorbell;
 pub mod error;
@@ -28,6 +29,7 @@ pub mod segment;
 pub mod slots;
 pub mod wake;
 
+pub use backoff::{Backoff, Step};
 pub use cma::{allow_peer_access, cma_probe, cma_read, cma_write, pid_alive};
 pub use doorbell::{Doorbell, SleepOutcome, WaitPolicy, WaitStep, Waiter};
 pub use error::{Result, ShmError};

@@ -19,9 +19,12 @@
 //! whose shm records wait for ring space blocks at most `SPACE_WAIT`
 //! (50 us): consumers do not ring after draining a ring.
 //!
-//! The spin phase pauses once per idle pass (see `wait_until`).
+//! The phases are counted by the one `Backoff` of `ibcoll_shm::backoff`;
+//! the spin phase pauses once per idle pass (see `wait_with`).
 
 use std::time::{Duration, Instant};
+
+use ibcoll_shm::backoff::{Backoff, Step};
 
 use super::Engine;
 
@@ -64,37 +67,44 @@ impl Engine {
     }
 
     /// Runs the engine until `done` holds.
-    pub fn wait_until(&mut self, mut done: impl FnMut(&Engine) -> bool) {
-        let mut spun = 0u32;
-        let mut yielded = 0u32;
+    pub fn wait_until(&mut self, done: impl FnMut(&Engine) -> bool) {
+        self.wait_with(Backoff::new(self.spins, self.yields), done)
+    }
+
+    /// Runs the engine until `done` holds, escalating per `b`: its checks
+    /// look at `done` alone (for a flag another rank is about to set), its
+    /// spins and yields run a progress pass before each look, and its
+    /// blocking phase sleeps in the way this rank's peers allow
+    /// ([`Engine::block`]).
+    pub fn wait_with(&mut self, mut b: Backoff, mut done: impl FnMut(&Engine) -> bool) {
         loop {
-            let n = self.progress();
-            if done(self) {
-                return;
+            if b.phase() == Step::Check {
+                if done(self) {
+                    return;
+                }
+            } else {
+                let n = self.progress();
+                if done(self) {
+                    return;
+                }
+                if n > 0 {
+                    b.reset();
+                    continue;
+                }
             }
-            if n > 0 {
-                spun = 0;
-                yielded = 0;
-                continue;
+            // One pause per idle pass in the spin phase: the pass itself is
+            // only a few loads, and polling the peer's next ring line
+            // back-to-back steals it from the producer while it writes the
+            // record (measured: 8-byte latency 0.10 vs 0.11-0.98 us with
+            // adjacent vCPUs, 1.2-1.4 vs 2.3-2.9 us on a loaded VM).
+            match b.step() {
+                Step::Check | Step::Spin => {}
+                Step::Yield => self.maybe_check_liveness(),
+                Step::Block => {
+                    self.block(&mut done);
+                    self.maybe_check_liveness();
+                }
             }
-            if spun < self.spins {
-                // One pause per idle pass: the pass itself is only a few
-                // loads, and polling the peer's next ring line back-to-back
-                // steals it from the producer while it writes the record
-                // (measured: 8-byte latency 0.10 vs 0.11-0.98 us with
-                // adjacent vCPUs, 1.2-1.4 vs 2.3-2.9 us on a loaded VM).
-                spun += 1;
-                std::hint::spin_loop();
-                continue;
-            }
-            if yielded < self.yields {
-                yielded += 1;
-                std::thread::yield_now();
-                self.maybe_check_liveness();
-                continue;
-            }
-            self.block(&mut done);
-            self.maybe_check_liveness();
         }
     }
 

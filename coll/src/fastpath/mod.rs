@@ -44,6 +44,7 @@ mod scatter;
 
 use std::rc::Rc;
 
+use ibcoll_shm::backoff::Backoff;
 use ibcoll_shm::{NodeSegment, SlotArea, SLOT_BUFFERS, SLOT_INLINE, SLOT_LINES};
 
 use crate::engine::Engine;
@@ -56,8 +57,8 @@ use crate::transport::{Channel, Health};
 /// call it has not reached.
 const ARRIVE_EVERY: u64 = (SLOT_BUFFERS / 2) as u64;
 
-/// Iterations of the tight spin on a flag before the engine's wait loop
-/// (which polls the channels on every pass, then yields) takes over.
+/// Looks at a flag alone before the engine's wait loop (which polls the
+/// channels on every pass, then yields) takes over.
 const FLAG_SPIN: u32 = 256;
 
 /// Local rank of every member when a communicator of `group` (world ranks)
@@ -329,29 +330,23 @@ impl<'a> FastCall<'a> {
         // `>=` is exact.
         let (ha, hb) = (self.area.header(l, a), self.area.header(l, b));
         let done = || ha.seq() >= a || hb.seq() >= b;
-        let mut ok = done();
-        // The flag alone is polled (no channel pass), longer than the
-        // engine spins: a peer a few calls behind publishes within
-        // ~100-200 ns, while a yield costs a syscall. Oversubscribed (no
-        // engine spins), the CPU goes to the peer at once.
-        let mut spin = if self.e.spins == 0 { 0 } else { FLAG_SPIN };
-        while !ok && spin > 0 {
-            std::hint::spin_loop();
-            spin -= 1;
-            ok = done();
-        }
-        if !ok {
+        if !done() {
+            // The flag alone is polled first (no channel pass), longer than
+            // the engine spins: a peer a few calls behind publishes within
+            // ~100-200 ns, while a yield costs a syscall. Oversubscribed (no
+            // engine spins), the CPU goes to the peer at once.
+            let checks = if self.e.spins == 0 { 0 } else { FLAG_SPIN };
+            let b = Backoff::new(self.e.spins, self.e.yields).with_checks(checks);
             // Any member's death ends the wait: the member waited for may
             // be alive but have given up on this call because of it.
             let w = self.group[r];
             let group = self.group;
-            self.e.wait_until(|e| {
+            self.e.wait_with(b, |e| {
                 done()
                     || !matches!(e.chans[w].health(), Health::Open)
                     || e.failed_member(group).is_some()
             });
-            ok = done();
-            if !ok {
+            if !done() {
                 return Err(self.lost(w));
             }
         }
