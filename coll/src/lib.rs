@@ -17,6 +17,9 @@
 //! as a singleton). Peers on the same node talk through shared memory,
 //! others through tcp; see `docs/ARCHITECTURE.md`.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod algorithms;
 pub mod collectives;
 pub mod comm;

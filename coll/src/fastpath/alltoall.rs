@@ -3,7 +3,6 @@
 //! other rank's.
 
 use crate::error::Result;
-use crate::fastpath::blocks::Msgs;
 use crate::fastpath::{copy, FastCall, FastIo};
 
 pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
@@ -45,9 +44,8 @@ pub(crate) fn run_v(f: &mut FastCall, io: &FastIo) -> Result<()> {
         let (off, len) = rblock(r);
         io.recv_at(off, len)?;
     }
-    let mut m = Msgs::default();
     // SAFETY: every block of the send buffer was checked above.
-    unsafe { f.publish_blocks(&mut m, io.send, sblock)? };
+    unsafe { f.publish_blocks(io.send, sblock)? };
     let ((so, len), (ro, _)) = (sblock(me), rblock(me));
     // SAFETY: our own block, checked in both buffers (alltoallv checks
     // that it sends itself as much as it receives).
@@ -58,13 +56,14 @@ pub(crate) fn run_v(f: &mut FastCall, io: &FastIo) -> Result<()> {
         let (off, len) = rblock(r);
         // SAFETY: checked above.
         let dst = unsafe { io.recv.add(off) };
-        match m.note(f.block_from(r, len)) {
+        let got = f.block_from(r, len);
+        match f.note(got) {
             // SAFETY: the block is `len` bytes of the publication (checked
             // by `block_from`).
             Some(Some(src)) => unsafe { copy(src, dst, len) },
-            Some(None) => f.recv_msg(&mut m, r, dst, len),
+            Some(None) => f.recv_msg(r, dst, len),
             None => {}
         }
     }
-    f.finish(&mut m)
+    f.finish()
 }

@@ -15,8 +15,9 @@
 //! expectations.
 //!
 //! Once a message is posted the call goes on to the end, keeping its first
-//! error ([`Msgs`]): a receive must not outlive the call whose buffer it
-//! points into.
+//! error ([`Msgs`], held by the [`FastCall`]): a receive must not outlive
+//! the call whose buffer it points into. Dropping the call (an early
+//! return, a panic) waits for its messages too.
 
 use super::FastCall;
 use crate::engine::ops::Token;
@@ -31,7 +32,7 @@ const ENTRY: usize = 8;
 
 /// The messages of one call, and its first error.
 #[derive(Default)]
-pub(crate) struct Msgs {
+pub(super) struct Msgs {
     /// Operation, member, and for a receive the length expected.
     pending: Vec<(Token, usize, Option<usize>)>,
     err: Option<Error>,
@@ -39,7 +40,7 @@ pub(crate) struct Msgs {
 
 impl Msgs {
     /// The value of `r`, or `None` after keeping its error (the first).
-    pub fn note<T>(&mut self, r: Result<T>) -> Option<T> {
+    fn note<T>(&mut self, r: Result<T>) -> Option<T> {
         match r {
             Ok(v) => Some(v),
             Err(e) => {
@@ -50,8 +51,13 @@ impl Msgs {
     }
 
     /// Whether an error was kept.
-    pub fn failed(&self) -> bool {
+    fn failed(&self) -> bool {
         self.err.is_some()
+    }
+
+    /// Whether nothing is pending and no error kept.
+    pub(super) fn is_empty(&self) -> bool {
+        self.pending.is_empty() && self.err.is_none()
     }
 }
 
@@ -60,25 +66,25 @@ impl FastCall<'_> {
         -1 - (self.k % (1 << 30)) as i32
     }
 
-    /// Sends `len` bytes at `buf` (valid until [`finish`](Self::finish))
-    /// to member `r` as this call's message.
-    pub fn send_msg(&mut self, m: &mut Msgs, r: usize, buf: *const u8, len: usize) {
+    /// Sends `len` bytes at `buf` (valid until [`finish`](Self::finish)
+    /// or the call's end) to member `r` as this call's message.
+    pub fn send_msg(&mut self, r: usize, buf: *const u8, len: usize) {
         let tag = self.msg_tag();
         match self
             .e
             .post_send(self.group[r], self.ctx, self.me as u32, tag, buf, len)
         {
             Ok(Posted2::Done) => {}
-            Ok(Posted2::Pending(t)) => m.pending.push((t, r, None)),
+            Ok(Posted2::Pending(t)) => self.msgs.pending.push((t, r, None)),
             Err(e) => {
-                m.note::<()>(Err(e));
+                self.msgs.note::<()>(Err(e));
             }
         }
     }
 
     /// Receives member `r`'s message of this call, exactly `len` bytes,
-    /// into `buf` (valid until [`finish`](Self::finish)).
-    pub fn recv_msg(&mut self, m: &mut Msgs, r: usize, buf: *mut u8, len: usize) {
+    /// into `buf` (valid until [`finish`](Self::finish) or the call's end).
+    pub fn recv_msg(&mut self, r: usize, buf: *mut u8, len: usize) {
         let tag = self.msg_tag();
         let t = self.e.post_recv(
             self.ctx,
@@ -89,24 +95,35 @@ impl FastCall<'_> {
             buf,
             len,
         );
-        m.pending.push((t, r, Some(len)));
+        self.msgs.pending.push((t, r, Some(len)));
     }
 
     /// Waits for every message of the call (each ends, delivered or
     /// failed, within the engine's bounds); the call's first error.
     ///
-    /// By reference, and checked inline: moving the pair (written field by
-    /// field) would reload it wider, which waits for the stores to drain.
+    /// Checked inline: most calls have no messages.
     #[inline]
-    pub fn finish(&mut self, m: &mut Msgs) -> Result<()> {
-        if m.pending.is_empty() && m.err.is_none() {
+    pub fn finish(&mut self) -> Result<()> {
+        if self.msgs.pending.is_empty() && self.msgs.err.is_none() {
             return Ok(());
         }
-        self.finish_msgs(m)
+        self.finish_msgs()
+    }
+
+    /// Keeps `r`'s error as the call's (if it is the first) and gives its
+    /// value otherwise.
+    pub fn note<T>(&mut self, r: Result<T>) -> Option<T> {
+        self.msgs.note(r)
+    }
+
+    /// Whether the call has an error already.
+    pub fn msgs_failed(&self) -> bool {
+        self.msgs.failed()
     }
 
     #[inline(never)]
-    fn finish_msgs(&mut self, m: &mut Msgs) -> Result<()> {
+    pub(super) fn finish_msgs(&mut self) -> Result<()> {
+        let m = &mut self.msgs;
         let (pending, mut err) = (std::mem::take(&mut m.pending), m.err.take());
         let group = self.group;
         for (t, r, want) in pending {
@@ -139,14 +156,13 @@ impl FastCall<'_> {
 
     /// Publishes a directory and the blocks of the other members that fit
     /// (member `r`'s: `block(r)`, byte offset in `src` and length), then
-    /// sends the others as messages into `m`.
+    /// sends the others as messages of the call.
     ///
     /// # Safety
     /// `src` readable for every `block(r)` until [`finish`](Self::finish)
     /// (the caller checked them).
     pub unsafe fn publish_blocks(
         &mut self,
-        m: &mut Msgs,
         src: *const u8,
         block: impl Fn(usize) -> (usize, usize),
     ) -> Result<()> {
@@ -182,7 +198,7 @@ impl FastCall<'_> {
         for r in by_message {
             let (off, len) = block(r);
             // SAFETY: as above.
-            self.send_msg(m, r, unsafe { src.add(off) }, len);
+            self.send_msg(r, unsafe { src.add(off) }, len);
         }
         Ok(())
     }

@@ -5,7 +5,6 @@
 //! ([`crate::fastpath::blocks`]).
 
 use crate::error::Result;
-use crate::fastpath::blocks::Msgs;
 use crate::fastpath::{copy, FastCall, FastIo};
 
 pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
@@ -15,9 +14,8 @@ pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
         let input = io.send_at(0, len)?;
         if len > f.capacity() {
             f.arrive_lazy()?;
-            let mut m = Msgs::default();
-            f.send_msg(&mut m, io.root, input, len);
-            return f.finish(&mut m);
+            f.send_msg(io.root, input, len);
+            return f.finish();
         }
         // SAFETY: `input` was checked.
         unsafe { f.publish_copy(input, len)? };
@@ -60,20 +58,20 @@ fn gather_with_messages(f: &mut FastCall, io: &FastIo) -> Result<()> {
     if !io.in_place {
         io.send_at(0, io.block(me).1)?;
     }
-    let mut m = Msgs::default();
     for r in (0..n).filter(|&r| r != me && io.block(r).1 > cap) {
         let (off, len) = io.block(r);
         let dst = io.recv_at(off, len)?;
-        f.recv_msg(&mut m, r, dst, len);
+        f.recv_msg(r, dst, len);
     }
     for r in 0..n {
         let (off, len) = io.block(r);
         let dst = io.recv_at(off, len)?;
         let src = if r != me {
-            if len > cap || m.failed() {
+            if len > cap || f.msgs_failed() {
                 continue;
             }
-            match m.note(f.data_of(r, len)) {
+            let got = f.data_of(r, len);
+            match f.note(got) {
                 Some(p) => p,
                 None => continue,
             }
@@ -86,5 +84,5 @@ fn gather_with_messages(f: &mut FastCall, io: &FastIo) -> Result<()> {
         // our checked send buffer), `dst` was checked.
         unsafe { copy(src, dst, len) };
     }
-    f.finish(&mut m)
+    f.finish()
 }

@@ -95,6 +95,19 @@ pub(crate) struct FastCall<'a> {
     /// ([`blocks`]).
     ctx: u32,
     op: Op,
+    /// The call's messages: waited for by [`FastCall::finish`], or when
+    /// the call is dropped, so that none outlives the buffers it uses.
+    msgs: blocks::Msgs,
+}
+
+impl Drop for FastCall<'_> {
+    fn drop(&mut self) {
+        if !self.msgs.is_empty() {
+            // An early return or a panic: the error, if any, is the
+            // caller's already.
+            let _ = self.finish_msgs();
+        }
+    }
 }
 
 impl<'a> FastCall<'a> {
@@ -128,6 +141,7 @@ impl<'a> FastCall<'a> {
             group,
             ctx,
             op,
+            msgs: blocks::Msgs::default(),
         }
     }
 

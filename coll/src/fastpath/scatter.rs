@@ -2,7 +2,6 @@
 //! whole send buffer once and goes on; every rank copies its block out.
 
 use crate::error::Result;
-use crate::fastpath::blocks::Msgs;
 use crate::fastpath::{copy, FastCall, FastIo};
 
 pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
@@ -38,14 +37,13 @@ pub(crate) fn run_v(f: &mut FastCall, io: &FastIo) -> Result<()> {
         let len = io.count * io.esize;
         let dst = io.recv_at(0, len)?;
         f.arrive_lazy()?;
-        let mut m = Msgs::default();
         match f.block_from(io.root, len)? {
             // SAFETY: the directory's block is `len` bytes of the root's
             // publication (checked by `block_from`); `dst` was checked.
             Some(src) => unsafe { copy(src, dst, len) },
-            None => f.recv_msg(&mut m, io.root, dst, len),
+            None => f.recv_msg(io.root, dst, len),
         }
-        return f.finish(&mut m);
+        return f.finish();
     }
     for r in 0..n {
         let (off, len) = io.block(r);
@@ -56,14 +54,13 @@ pub(crate) fn run_v(f: &mut FastCall, io: &FastIo) -> Result<()> {
     } else {
         Some(io.recv_at(0, io.block(me).1)?)
     };
-    let mut m = Msgs::default();
     // SAFETY: every block of the send buffer was checked above.
-    unsafe { f.publish_blocks(&mut m, io.send, |r| io.block(r))? };
+    unsafe { f.publish_blocks(io.send, |r| io.block(r))? };
     if let Some(dst) = own {
         let (off, len) = io.block(me);
         // SAFETY: our block of the checked send buffer and the checked
         // receive buffer.
         unsafe { copy(io.send.add(off), dst, len) };
     }
-    f.finish(&mut m)
+    f.finish()
 }
