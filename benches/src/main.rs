@@ -213,28 +213,32 @@ fn bw_common(c: &Comm, o: &Opts, bidir: bool) -> ibcoll::Result<()> {
                 t0 = Instant::now();
             }
             if me == 0 {
-                let mut reqs = Vec::with_capacity(2 * w);
-                if bidir {
-                    for b in rbufs.iter_mut() {
-                        reqs.push(c.irecv(&mut b[..size], 1, 10)?);
+                ibcoll::scope(|s| {
+                    let mut reqs = Vec::with_capacity(2 * w);
+                    if bidir {
+                        for b in rbufs.iter_mut() {
+                            reqs.push(c.irecv(s, &mut b[..size], 1, 10)?);
+                        }
                     }
-                }
-                for b in &sbufs {
-                    reqs.push(c.isend(&b[..size], 1, 10)?);
-                }
-                ibcoll::wait_all(reqs)?;
+                    for b in &sbufs {
+                        reqs.push(c.isend(s, &b[..size], 1, 10)?);
+                    }
+                    ibcoll::wait_all(reqs)
+                })?;
                 c.recv(&mut ack, 1, 11)?;
             } else if me == 1 {
-                let mut reqs = Vec::with_capacity(2 * w);
-                for b in rbufs.iter_mut() {
-                    reqs.push(c.irecv(&mut b[..size], 0, 10)?);
-                }
-                if bidir {
-                    for b in &sbufs {
-                        reqs.push(c.isend(&b[..size], 0, 10)?);
+                ibcoll::scope(|s| {
+                    let mut reqs = Vec::with_capacity(2 * w);
+                    for b in rbufs.iter_mut() {
+                        reqs.push(c.irecv(s, &mut b[..size], 0, 10)?);
                     }
-                }
-                ibcoll::wait_all(reqs)?;
+                    if bidir {
+                        for b in &sbufs {
+                            reqs.push(c.isend(s, &b[..size], 0, 10)?);
+                        }
+                    }
+                    ibcoll::wait_all(reqs)
+                })?;
                 c.send(&ack, 0, 11)?;
             }
         }

@@ -18,7 +18,7 @@
 
 use ibcoll::algorithms::algorithms;
 use ibcoll::select::force_algorithm;
-use ibcoll::{CollRequest, Collective, Comm, Error, ReduceOp};
+use ibcoll::{CollRequest, Collective, Comm, Error, ReduceOp, Scope};
 
 fn fail(c: &Comm, msg: String) -> ! {
     eprintln!("coll_check rank {}: FAILED: {msg}", c.rank());
@@ -29,7 +29,7 @@ fn fail(c: &Comm, msg: String) -> ! {
 macro_rules! inplace {
     ($c:expr, $nb:expr, $what:expr, $m:ident, $im:ident($($a:expr),*)) => {
         if $nb {
-            wait($c, $c.$im($($a),*), $what)
+            wait($c, |s| $c.$im(s, $($a),*), $what)
         } else {
             ok!($c, $c.$m($($a),*), "{}", $what)
         }
@@ -103,9 +103,16 @@ fn expect(c: &Comm, got: &[u8], want: &[u8], what: &str) {
     }
 }
 
-fn wait(c: &Comm, r: ibcoll::Result<CollRequest<'_>>, what: &str) {
-    let r = ok!(c, r, "{what}");
-    ok!(c, r.wait(), "{what} wait");
+/// Starts a nonblocking collective in a scope of its own and waits for it.
+fn wait<'e>(
+    c: &Comm,
+    start: impl for<'s> FnOnce(&'s Scope<'s, 'e>) -> ibcoll::Result<CollRequest<'s>>,
+    what: &str,
+) {
+    ibcoll::scope(|s| {
+        let r = ok!(c, start(s), "{what}");
+        ok!(c, r.wait(), "{what} wait");
+    })
 }
 
 fn one(c: &Comm, coll: Collective, size: usize, form: Form, what: &str) {
@@ -119,7 +126,7 @@ fn one(c: &Comm, coll: Collective, size: usize, form: Form, what: &str) {
     match coll {
         Collective::Barrier => {
             if nb {
-                wait(c, c.ibarrier(), what)
+                wait(c, |s| c.ibarrier(s), what)
             } else {
                 ok!(c, c.barrier(), "{what}")
             }
@@ -132,7 +139,7 @@ fn one(c: &Comm, coll: Collective, size: usize, form: Form, what: &str) {
                 vec![0; size]
             };
             if nb {
-                wait(c, c.ibcast(&mut buf, root), what)
+                wait(c, |s| c.ibcast(s, &mut buf, root), what)
             } else {
                 ok!(c, c.bcast(&mut buf, root), "{what}")
             }
@@ -156,7 +163,7 @@ fn one(c: &Comm, coll: Collective, size: usize, form: Form, what: &str) {
             } else {
                 let mut out = if r == root { vec![0; size] } else { vec![] };
                 if nb {
-                    wait(c, c.ireduce(&mine, &mut out, sop(), root), what)
+                    wait(c, |s| c.ireduce(s, &mine, &mut out, sop(), root), what)
                 } else {
                     ok!(c, c.reduce(&mine, &mut out, sop(), root), "{what}")
                 }
@@ -184,7 +191,7 @@ fn one(c: &Comm, coll: Collective, size: usize, form: Form, what: &str) {
                     )
                 }
                 (Collective::Allreduce, Form::Nonblocking) => {
-                    wait(c, c.iallreduce(&mine, &mut out, sop()), what)
+                    wait(c, |s| c.iallreduce(s, &mine, &mut out, sop()), what)
                 }
                 (Collective::Allreduce, _) => ok!(c, c.allreduce(&mine, &mut out, sop()), "{what}"),
                 (Collective::Scan, Form::InPlace | Form::NbInPlace) => {
@@ -197,7 +204,7 @@ fn one(c: &Comm, coll: Collective, size: usize, form: Form, what: &str) {
                     )
                 }
                 (Collective::Scan, Form::Nonblocking) => {
-                    wait(c, c.iscan(&mine, &mut out, sop()), what)
+                    wait(c, |s| c.iscan(s, &mine, &mut out, sop()), what)
                 }
                 (Collective::Scan, _) => ok!(c, c.scan(&mine, &mut out, sop()), "{what}"),
                 (_, Form::InPlace | Form::NbInPlace) => inplace!(
@@ -207,7 +214,7 @@ fn one(c: &Comm, coll: Collective, size: usize, form: Form, what: &str) {
                     exscan_in_place,
                     iexscan_in_place(&mut out, sop())
                 ),
-                (_, Form::Nonblocking) => wait(c, c.iexscan(&mine, &mut out, sop()), what),
+                (_, Form::Nonblocking) => wait(c, |s| c.iexscan(s, &mine, &mut out, sop()), what),
                 _ => ok!(c, c.exscan(&mine, &mut out, sop()), "{what}"),
             }
             if !(coll == Collective::Exscan && r == 0) {
@@ -238,7 +245,7 @@ fn one(c: &Comm, coll: Collective, size: usize, form: Form, what: &str) {
                     allgather_in_place,
                     iallgather_in_place(&mut out)
                 ),
-                (true, Form::Nonblocking) => wait(c, c.iallgather(&mine, &mut out), what),
+                (true, Form::Nonblocking) => wait(c, |s| c.iallgather(s, &mine, &mut out), what),
                 (true, _) => ok!(c, c.allgather(&mine, &mut out), "{what}"),
                 (false, Form::InPlace | Form::NbInPlace) => inplace!(
                     c,
@@ -247,7 +254,9 @@ fn one(c: &Comm, coll: Collective, size: usize, form: Form, what: &str) {
                     gather_in_place,
                     igather_in_place(&mut out, root)
                 ),
-                (false, Form::Nonblocking) => wait(c, c.igather(&mine, &mut out, root), what),
+                (false, Form::Nonblocking) => {
+                    wait(c, |s| c.igather(s, &mine, &mut out, root), what)
+                }
                 (false, _) => ok!(c, c.gather(&mine, &mut out, root), "{what}"),
             }
             if is_all || r == root {
@@ -275,9 +284,11 @@ fn one(c: &Comm, coll: Collective, size: usize, form: Form, what: &str) {
                             iallgatherv_in_place(&mut out, &counts, &displs)
                         )
                     }
-                    Form::Nonblocking => {
-                        wait(c, c.iallgatherv(&mine, &mut out, &counts, &displs), what)
-                    }
+                    Form::Nonblocking => wait(
+                        c,
+                        |s| c.iallgatherv(s, &mine, &mut out, &counts, &displs),
+                        what,
+                    ),
                     Form::Blocking => {
                         ok!(c, c.allgatherv(&mine, &mut out, &counts, &displs), "{what}")
                     }
@@ -285,7 +296,11 @@ fn one(c: &Comm, coll: Collective, size: usize, form: Form, what: &str) {
                 expect(c, &out, &want, what);
             } else {
                 if nb {
-                    wait(c, c.igatherv(&mine, &mut out, &counts, &displs, root), what)
+                    wait(
+                        c,
+                        |s| c.igatherv(s, &mine, &mut out, &counts, &displs, root),
+                        what,
+                    )
                 } else {
                     ok!(
                         c,
@@ -323,7 +338,7 @@ fn one(c: &Comm, coll: Collective, size: usize, form: Form, what: &str) {
                 let mut out = vec![0; block];
                 let send = if r == root { all } else { vec![] };
                 if nb {
-                    wait(c, c.iscatter(&send, &mut out, root), what)
+                    wait(c, |s| c.iscatter(s, &send, &mut out, root), what)
                 } else {
                     ok!(c, c.scatter(&send, &mut out, root), "{what}")
                 }
@@ -339,7 +354,11 @@ fn one(c: &Comm, coll: Collective, size: usize, form: Form, what: &str) {
             }
             let mut out = vec![0u8; counts[r]];
             if nb {
-                wait(c, c.iscatterv(&all, &counts, &displs, &mut out, root), what)
+                wait(
+                    c,
+                    |s| c.iscatterv(s, &all, &counts, &displs, &mut out, root),
+                    what,
+                )
             } else {
                 ok!(
                     c,
@@ -365,7 +384,7 @@ fn one(c: &Comm, coll: Collective, size: usize, form: Form, what: &str) {
                         ialltoall_in_place(&mut out)
                     )
                 }
-                Form::Nonblocking => wait(c, c.ialltoall(&send, &mut out), what),
+                Form::Nonblocking => wait(c, |s| c.ialltoall(s, &send, &mut out), what),
                 Form::Blocking => ok!(c, c.alltoall(&send, &mut out), "{what}"),
             }
             expect(c, &out, &want, what);
@@ -389,7 +408,7 @@ fn one(c: &Comm, coll: Collective, size: usize, form: Form, what: &str) {
             if nb {
                 wait(
                     c,
-                    c.ialltoallv(&send, &scounts, &sd, &mut out, &rcounts, &rd),
+                    |s| c.ialltoallv(s, &send, &scounts, &sd, &mut out, &rcounts, &rd),
                     what,
                 )
             } else {
@@ -424,9 +443,11 @@ fn one(c: &Comm, coll: Collective, size: usize, form: Form, what: &str) {
                     );
                     out.copy_from_slice(&buf[..counts[r]]);
                 }
-                (Collective::ReduceScatter, Form::Nonblocking) => {
-                    wait(c, c.ireduce_scatter(&input, &mut out, &counts, sop()), what)
-                }
+                (Collective::ReduceScatter, Form::Nonblocking) => wait(
+                    c,
+                    |s| c.ireduce_scatter(s, &input, &mut out, &counts, sop()),
+                    what,
+                ),
                 (Collective::ReduceScatter, _) => {
                     ok!(
                         c,
@@ -434,9 +455,11 @@ fn one(c: &Comm, coll: Collective, size: usize, form: Form, what: &str) {
                         "{what}"
                     )
                 }
-                (_, Form::Nonblocking) => {
-                    wait(c, c.ireduce_scatter_block(&input, &mut out, sop()), what)
-                }
+                (_, Form::Nonblocking) => wait(
+                    c,
+                    |s| c.ireduce_scatter_block(s, &input, &mut out, sop()),
+                    what,
+                ),
                 _ => ok!(c, c.reduce_scatter_block(&input, &mut out, sop()), "{what}"),
             }
             expect(c, &out, &want, what);
@@ -670,38 +693,40 @@ fn concurrent(c: &Comm) {
         let mut v = [0u64; 2];
         let wsend = [r as u16, 1];
         let vsend = [1u64, r as u64];
-        let mut reqs = vec![
-            ok!(
-                c,
-                a.iallreduce_in_place(&mut x, ReduceOp::Sum),
-                "iallreduce"
-            ),
-            ok!(c, b.ibcast(&mut y, 0), "ibcast"),
-            ok!(c, s.iallgather(&mine, &mut z), "iallgather"),
-            ok!(c, c.ibarrier(), "ibarrier"),
-            ok!(c, c.iallgather(&wsend, &mut w), "iallgather same comm"),
-            ok!(c, a.iexscan(&vsend, &mut v, ReduceOp::Sum), "iexscan"),
-        ];
-        // Odd ranks wait in the reverse order: every request must progress
-        // while the program waits on another.
-        if r % 2 == 1 {
-            reqs.reverse();
-        }
-        if round == 1 {
-            // Poll until all complete.
-            let mut left = reqs;
-            while !left.is_empty() {
-                let mut keep = Vec::new();
-                for mut q in left {
-                    if !ok!(c, q.test(), "test") {
-                        keep.push(q);
-                    }
-                }
-                left = keep;
+        ibcoll::scope(|sc| {
+            let mut reqs = vec![
+                ok!(
+                    c,
+                    a.iallreduce_in_place(sc, &mut x, ReduceOp::Sum),
+                    "iallreduce"
+                ),
+                ok!(c, b.ibcast(sc, &mut y, 0), "ibcast"),
+                ok!(c, s.iallgather(sc, &mine, &mut z), "iallgather"),
+                ok!(c, c.ibarrier(sc), "ibarrier"),
+                ok!(c, c.iallgather(sc, &wsend, &mut w), "iallgather same comm"),
+                ok!(c, a.iexscan(sc, &vsend, &mut v, ReduceOp::Sum), "iexscan"),
+            ];
+            // Odd ranks wait in the reverse order: every request must
+            // progress while the program waits on another.
+            if r % 2 == 1 {
+                reqs.reverse();
             }
-        } else {
-            ok!(c, CollRequest::wait_all(reqs), "wait_all");
-        }
+            if round == 1 {
+                // Poll until all complete.
+                let mut left = reqs;
+                while !left.is_empty() {
+                    let mut keep = Vec::new();
+                    for mut q in left {
+                        if !ok!(c, q.test(), "test") {
+                            keep.push(q);
+                        }
+                    }
+                    left = keep;
+                }
+            } else {
+                ok!(c, CollRequest::wait_all(reqs), "wait_all");
+            }
+        });
         let sx = (0..n as i64).map(|q| q + round).sum::<i64>();
         if x.iter().any(|&e| e != sx) {
             fail(c, format!("concurrent iallreduce: {} vs {sx}", x[0]));
@@ -779,21 +804,23 @@ fn death(c: &Comm, case: DeathCase) {
         ok!(c, c.send(&[1u8], victim, 78), "ready");
     }
     if c.rank() == victim {
-        let _req = if case == DeathCase::Schedule {
-            Some(ok!(
-                c,
-                c.iallreduce(&v[..len], &mut out[..len], ReduceOp::Sum),
-                "iallreduce"
-            ))
-        } else {
-            None
-        };
-        // SAFETY: getpid has no preconditions; SIGKILL ends us here, in
-        // the middle of the collective.
-        unsafe {
-            libc::kill(libc::getpid(), libc::SIGKILL);
-        }
-        unreachable!("SIGKILL returned");
+        ibcoll::scope(|s| {
+            let _req = if case == DeathCase::Schedule {
+                Some(ok!(
+                    c,
+                    c.iallreduce(s, &v[..len], &mut out[..len], ReduceOp::Sum),
+                    "iallreduce"
+                ))
+            } else {
+                None
+            };
+            // SAFETY: getpid has no preconditions; SIGKILL ends us here, in
+            // the middle of the collective.
+            unsafe {
+                libc::kill(libc::getpid(), libc::SIGKILL);
+            }
+            unreachable!("SIGKILL returned");
+        })
     }
     let t = std::time::Instant::now();
     match call(c, &mut out) {

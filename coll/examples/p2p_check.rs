@@ -92,18 +92,20 @@ fn order(c: &Comm) {
     let r = c.rank();
     if r % 2 == 1 {
         let bufs: Vec<Vec<u64>> = (0..count).map(|i| vec![i; msg_len(i)]).collect();
-        let mut reqs = Vec::new();
-        for (i, b) in bufs.iter().enumerate() {
-            if i % 3 == 0 {
-                reqs.push(ok!(c, c.isend(b, r - 1, 5)));
-            } else {
-                ok!(c, c.send(b, r - 1, 5));
+        ibcoll::scope(|s| {
+            let mut reqs = Vec::new();
+            for (i, b) in bufs.iter().enumerate() {
+                if i % 3 == 0 {
+                    reqs.push(ok!(c, c.isend(s, b, r - 1, 5)));
+                } else {
+                    ok!(c, c.send(b, r - 1, 5));
+                }
+                if reqs.len() > 64 {
+                    ok!(c, wait_all(reqs.drain(..)));
+                }
             }
-            if reqs.len() > 64 {
-                ok!(c, wait_all(reqs.drain(..)));
-            }
-        }
-        ok!(c, wait_all(reqs));
+            ok!(c, wait_all(reqs));
+        });
     } else if r + 1 < c.size() {
         let mut i = 0u64;
         while i < count {
@@ -111,11 +113,13 @@ fn order(c: &Comm) {
                 // Pre-post a window of receives.
                 let k = 10.min(count - i) as usize;
                 let mut bufs = vec![vec![0u64; 10_000]; k];
-                let reqs: Vec<_> = bufs
-                    .iter_mut()
-                    .map(|b| ok!(c, c.irecv(b, r + 1, 5)))
-                    .collect();
-                let sts = ok!(c, wait_all(reqs));
+                let sts = ibcoll::scope(|s| {
+                    let reqs: Vec<_> = bufs
+                        .iter_mut()
+                        .map(|b| ok!(c, c.irecv(s, b, r + 1, 5)))
+                        .collect();
+                    ok!(c, wait_all(reqs))
+                });
                 for (j, (b, st)) in bufs.iter().zip(&sts).enumerate() {
                     let want = i + j as u64;
                     check!(
@@ -168,19 +172,20 @@ fn wildcard(c: &Comm) {
             check!(c, b[0] == 3 && st.tag == 3, "second ANY_TAG got {}", b[0]);
             let mut never = [0u32];
             let mut big = [0u32; 3000];
-            let mut reqs = vec![
-                ok!(c, c.irecv(&mut never, ANY_SOURCE, 99)),
-                ok!(c, c.irecv(&mut big, ANY_SOURCE, 11)),
-            ];
-            let (i, st) = wait_any(&mut reqs).unwrap();
-            let st = ok!(c, st);
-            check!(c, i == 1 && st.len == 12000, "wait_any returned {i} {st:?}");
-            // Complete the dangling receive ourselves.
-            ok!(c, c.send(&[1u32], 0, 99));
-            let (i, st) = wait_any(&mut reqs).unwrap();
-            check!(c, i == 0 && ok!(c, st).len == 4, "second wait_any {i}");
-            check!(c, wait_any(&mut reqs).is_none(), "third wait_any not None");
-            drop(reqs);
+            ibcoll::scope(|s| {
+                let mut reqs = vec![
+                    ok!(c, c.irecv(s, &mut never, ANY_SOURCE, 99)),
+                    ok!(c, c.irecv(s, &mut big, ANY_SOURCE, 11)),
+                ];
+                let (i, st) = wait_any(&mut reqs).unwrap();
+                let st = ok!(c, st);
+                check!(c, i == 1 && st.len == 12000, "wait_any returned {i} {st:?}");
+                // Complete the dangling receive ourselves.
+                ok!(c, c.send(&[1u32], 0, 99));
+                let (i, st) = wait_any(&mut reqs).unwrap();
+                check!(c, i == 0 && ok!(c, st).len == 4, "second wait_any {i}");
+                check!(c, wait_any(&mut reqs).is_none(), "third wait_any not None");
+            });
             check!(
                 c,
                 big.iter().all(|&x| x == 7) && never[0] == 1,
@@ -326,17 +331,18 @@ fn split(c: &Comm) {
     // them up if contexts were shared.
     let comms = [c, &half, &dup];
     let mut inbox = [[0u64; 2]; 3];
-    let mut reqs = Vec::new();
-    for (k, (cm, slot)) in comms.iter().zip(inbox.iter_mut()).enumerate().rev() {
-        let from = (cm.rank() + cm.size() - 1) % cm.size();
-        let _ = k;
-        reqs.push(ok!(c, cm.irecv(slot, from, 0)));
-    }
-    for (k, cm) in comms.iter().enumerate() {
-        let to = (cm.rank() + 1) % cm.size();
-        ok!(c, cm.send(&[k as u64, cm.rank() as u64], to, 0));
-    }
-    ok!(c, wait_all(reqs));
+    ibcoll::scope(|s| {
+        let mut reqs = Vec::new();
+        for (cm, slot) in comms.iter().zip(inbox.iter_mut()).rev() {
+            let from = (cm.rank() + cm.size() - 1) % cm.size();
+            reqs.push(ok!(c, cm.irecv(s, slot, from, 0)));
+        }
+        for (k, cm) in comms.iter().enumerate() {
+            let to = (cm.rank() + 1) % cm.size();
+            ok!(c, cm.send(&[k as u64, cm.rank() as u64], to, 0));
+        }
+        ok!(c, wait_all(reqs));
+    });
     for (k, (cm, got)) in comms.iter().zip(inbox.iter()).enumerate() {
         let from = (cm.rank() + cm.size() - 1) % cm.size();
         check!(

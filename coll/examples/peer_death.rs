@@ -19,12 +19,14 @@ fn main() {
         1 => {
             c.send(&[1u8; 16], 0, 0).expect("send");
             let big = vec![7u8; 16 << 20];
-            let _pending = c.isend(&big, 0, 1).expect("isend");
-            // SAFETY: getpid has no preconditions; SIGKILL ends us here.
-            unsafe {
-                libc::kill(libc::getpid(), libc::SIGKILL);
-            }
-            unreachable!("SIGKILL returned");
+            ibcoll::scope(|s| {
+                let _pending = c.isend(s, &big, 0, 1).expect("isend");
+                // SAFETY: getpid has no preconditions; SIGKILL ends us here.
+                unsafe {
+                    libc::kill(libc::getpid(), libc::SIGKILL);
+                }
+                unreachable!("SIGKILL returned");
+            })
         }
         0 => {
             let mut b = [0u8; 16];

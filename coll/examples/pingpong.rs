@@ -71,14 +71,16 @@ fn main() {
             if rank == 0 {
                 if nonblocking {
                     let mut back = vec![0u8; len];
-                    let r = comm
-                        .irecv(&mut back, peer, tag)
-                        .unwrap_or_else(|e| fail(&comm, e.to_string()));
-                    let s = comm
-                        .isend(&ping, peer, tag)
-                        .unwrap_or_else(|e| fail(&comm, e.to_string()));
-                    s.wait().unwrap_or_else(|e| fail(&comm, e.to_string()));
-                    let st = r.wait().unwrap_or_else(|e| fail(&comm, e.to_string()));
+                    let st = ibcoll::scope(|sc| {
+                        let r = comm
+                            .irecv(sc, &mut back, peer, tag)
+                            .unwrap_or_else(|e| fail(&comm, e.to_string()));
+                        let s = comm
+                            .isend(sc, &ping, peer, tag)
+                            .unwrap_or_else(|e| fail(&comm, e.to_string()));
+                        s.wait().unwrap_or_else(|e| fail(&comm, e.to_string()));
+                        r.wait().unwrap_or_else(|e| fail(&comm, e.to_string()))
+                    });
                     if st.len != len || st.source != peer || st.tag != tag || back != pong {
                         fail(&comm, format!("{via} size {len}: bad pong (status {st:?})"));
                     }
@@ -112,12 +114,14 @@ fn main() {
     // Typed buffers, and a self message.
     let vals: Vec<f64> = (0..100).map(|i| i as f64 * 0.5).collect();
     let mut back = vec![0f64; 100];
-    let r = comm
-        .irecv(&mut back, rank, 9)
-        .unwrap_or_else(|e| fail(&comm, e.to_string()));
-    comm.send(&vals, rank, 9)
-        .unwrap_or_else(|e| fail(&comm, e.to_string()));
-    let st = r.wait().unwrap_or_else(|e| fail(&comm, e.to_string()));
+    let st = ibcoll::scope(|sc| {
+        let r = comm
+            .irecv(sc, &mut back, rank, 9)
+            .unwrap_or_else(|e| fail(&comm, e.to_string()));
+        comm.send(&vals, rank, 9)
+            .unwrap_or_else(|e| fail(&comm, e.to_string()));
+        r.wait().unwrap_or_else(|e| fail(&comm, e.to_string()))
+    });
     if back != vals || st.count::<f64>() != 100 {
         fail(&comm, "self message mismatch".into());
     }

@@ -14,7 +14,18 @@ fn main() -> ibcoll::Result<()> {
     }
     let mut sum = [0u64];
     world.allreduce(&[rank as u64], &mut sum, ReduceOp::Sum)?;
-    let req = world.ibcast(&mut sum, 0)?; // nonblocking collectives return requests
-    req.wait()?;
+    // Nonblocking calls run in a scope: their buffers stay borrowed until it
+    // ends, and it finishes whatever is still outstanding then, so no request
+    // (waited for, dropped, forgotten or leaked) can outlive its buffers.
+    let mut neighbour = [0u64];
+    ibcoll::scope(|s| {
+        let left = (rank + size - 1) % size;
+        let r = world.irecv(s, &mut neighbour, left, 0)?;
+        world.send(&[rank as u64], (rank + 1) % size, 0)?;
+        let b = world.ibcast(s, &mut sum, 0)?; // nonblocking collectives too
+        r.wait()?;
+        b.wait()
+    })?;
+    assert_eq!(neighbour[0] as usize, (rank + size - 1) % size);
     Ok(())
 }

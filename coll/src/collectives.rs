@@ -25,9 +25,11 @@
 //! let mut cfg = vec![0u8; 1 << 20];
 //! let me = [world.rank() as u32];
 //! let mut ranks = vec![0u32; world.size()];
-//! let a = world.ibcast(&mut cfg, 0)?;
-//! let b = other.iallgather(&me, &mut ranks)?;
-//! CollRequest::wait_all([a, b])?;
+//! ibcoll::scope(|s| {
+//!     let a = world.ibcast(s, &mut cfg, 0)?;
+//!     let b = other.iallgather(s, &me, &mut ranks)?;
+//!     CollRequest::wait_all([a, b])
+//! })?;
 //!
 //! // Force an algorithm (tests, benchmarks); IBCOLL_ALLREDUCE_ALGORITHM=ring
 //! // does the same from the environment.
@@ -38,58 +40,59 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::marker::PhantomData;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 
 use crate::algorithms::{find, node_groups, prefix, Args, Collective};
 use crate::comm::Comm;
 use crate::datatype::{as_bytes, as_bytes_mut, Datatype};
-use crate::engine::Engine;
+use crate::engine::cell::{EngineCell, EngineMut};
 use crate::error::{Error, Op, Result};
 use crate::fastpath::{self, FastCall, FastIo};
 use crate::ops::{byte_reduce, ByteReduce, ReduceOp, Reducible};
 use crate::schedule::run::{self, Run, Wire};
+use crate::scope::Scope;
 use crate::select;
 
-/// A nonblocking collective. It borrows the buffers for `'a`; dropping it
-/// before completion waits for completion. As with [`crate::Request`],
-/// leaking it (`mem::forget`) while its buffers are freed is not
-/// supported.
+/// A nonblocking collective, started in a [`Scope`] whose lifetime
+/// `'scope` its buffers are borrowed for.
+///
+/// Waiting or testing gives the outcome. Dropping an incomplete request
+/// waits for the collective; forgetting or leaking it is harmless: the
+/// scope finishes the collective before its buffers can be used again (see
+/// [`crate::scope`]). Neither `Send` nor `Sync`.
 #[must_use = "a collective request does nothing unless waited for or tested"]
-pub struct CollRequest<'a> {
-    eng: Rc<RefCell<Engine>>,
+pub struct CollRequest<'scope> {
+    /// Weak, as for [`crate::Request`].
+    eng: Weak<EngineCell>,
     run: Option<Rc<RefCell<Run>>>,
     outcome: Option<Result<()>>,
-    /// Owned input the run reads (ialltoall_in_place's copy).
-    _keep: Option<Box<dyn std::any::Any>>,
-    _buf: PhantomData<&'a mut [u8]>,
+    _buf: PhantomData<&'scope mut [u8]>,
 }
 
 impl CollRequest<'_> {
+    /// Takes the finished run's outcome; a reduction operation's panic is
+    /// resumed here, once the collective no longer touches any buffer.
     fn finish(&mut self) {
         if let Some(r) = self.run.take() {
             run::unregister(&r);
-            let res = r.borrow_mut().take_result();
+            let (res, panic) = {
+                let mut rr = r.borrow_mut();
+                (rr.take_result(), rr.take_panic())
+            };
             self.outcome = Some(res);
+            if let Some(p) = panic {
+                std::panic::resume_unwind(p);
+            }
         }
     }
 
     /// Blocks until the collective completes.
     pub fn wait(mut self) -> Result<()> {
         if let Some(r) = self.run.clone() {
-            let eng = self.eng.clone();
-            let mut e = eng.borrow_mut();
-            loop {
-                if r.borrow().is_done() {
-                    break;
-                }
-                r.borrow_mut().step(&mut e);
-                let rr = r.borrow();
-                if rr.is_done() {
-                    break;
-                }
-                e.wait_until(|e| rr.round_ready(e));
-            }
-            drop(e);
+            let Some(eng) = self.eng.upgrade() else {
+                return Err(finalized(&r));
+            };
+            run::drive(&mut eng.borrow_mut(), &r);
             self.finish();
         }
         self.outcome.take().unwrap_or(Ok(()))
@@ -98,14 +101,18 @@ impl CollRequest<'_> {
     /// Makes progress once; `Ok(true)` once complete.
     pub fn test(&mut self) -> Result<bool> {
         if let Some(r) = self.run.clone() {
-            let eng = self.eng.clone();
-            let mut e = eng.borrow_mut();
-            e.progress();
-            r.borrow_mut().step(&mut e);
+            let Some(eng) = self.eng.upgrade() else {
+                self.run = None;
+                return Err(finalized(&r));
+            };
+            {
+                let mut e = eng.borrow_mut();
+                e.progress();
+                r.borrow_mut().step(&mut e);
+            }
             if !r.borrow().is_done() {
                 return Ok(false);
             }
-            drop(e);
             self.finish();
         }
         match &self.outcome {
@@ -128,19 +135,44 @@ impl CollRequest<'_> {
 
 impl Drop for CollRequest<'_> {
     fn drop(&mut self) {
-        if let Some(r) = self.run.clone() {
-            if let Ok(mut e) = self.eng.try_borrow_mut() {
-                loop {
-                    r.borrow_mut().step(&mut e);
-                    let rr = r.borrow();
-                    if rr.is_done() {
-                        break;
-                    }
-                    e.wait_until(|e| rr.round_ready(e));
+        let Some(r) = self.run.take() else { return };
+        // Gone: the collective was settled when the engine finalized.
+        let Some(eng) = self.eng.upgrade() else {
+            return;
+        };
+        let guard = eng.try_borrow_mut();
+        match guard {
+            Some(mut e) => {
+                if std::thread::panicking() {
+                    // Unwinding: do not wait on the peers.
+                    r.borrow_mut().cancel(&mut e);
                 }
+                run::drive(&mut e, &r);
             }
-            self.finish();
+            None => {
+                eprintln!(
+                    "ibcoll: a pending collective request was dropped while ibcoll was busy \
+                     with another call (from inside a reduction operation); aborting the process"
+                );
+                std::process::abort();
+            }
         }
+        run::unregister(&r);
+        // A panic of its reduction stays unobserved when the request is
+        // dropped (the engine is poisoned already); resuming it from a
+        // destructor could abort a program that is unwinding.
+    }
+}
+
+/// The outcome of a collective waited for after the last communicator was
+/// dropped (it was settled then).
+fn finalized(r: &RefCell<Run>) -> Error {
+    Error::InvalidArgument {
+        rank: 0,
+        op: r.borrow().op(),
+        detail: "every communicator was dropped before this request was waited for \
+                 (ibcoll finalized and settled the collective then)"
+            .into(),
     }
 }
 
@@ -236,14 +268,19 @@ impl<'c> Spec<'c> {
 }
 
 /// One validated call, not yet selected: a blocking call may take the
-/// shared-memory fast path, a nonblocking one always runs a schedule.
-struct Call<'c> {
-    spec: Spec<'c>,
+/// shared-memory fast path, a nonblocking one always runs a schedule. It
+/// borrows the caller's buffers for `'b` (so a nonblocking collective's
+/// request can live no longer than they do) and the v-layouts for `'v`.
+/// Plain fields (pointers rather than slices) so that a blocking call
+/// keeps the whole description in registers.
+struct Call<'b, 'v> {
+    spec: Spec<'v>,
     send: *const u8,
     send_len: usize,
     recv: *mut u8,
     recv_len: usize,
     reduce: Option<ByteReduce>,
+    _bufs: PhantomData<(&'b [u8], &'b mut [u8])>,
 }
 
 impl Comm {
@@ -462,17 +499,15 @@ impl Comm {
         }
     }
 
-    /// Packs one validated call. The caller keeps `send` and `recv`
-    /// borrowed until the call is done (the blocking call's frame or the
-    /// `CollRequest`'s `'a`).
+    /// Packs one validated call over `send` (read only) and `recv`.
     #[inline(always)]
-    fn prepare<'c>(
+    fn prepare<'b, 'v>(
         &self,
-        spec: Spec<'c>,
-        send: &[u8],
-        recv: &mut [u8],
+        spec: Spec<'v>,
+        send: &'b [u8],
+        recv: &'b mut [u8],
         reduce: Option<ByteReduce>,
-    ) -> Result<Call<'c>> {
+    ) -> Result<Call<'b, 'v>> {
         Ok(Call {
             spec,
             send: send.as_ptr(),
@@ -480,11 +515,14 @@ impl Comm {
             recv: recv.as_mut_ptr(),
             recv_len: recv.len(),
             reduce,
+            _bufs: PhantomData,
         })
     }
 
-    /// Builds the schedule run of `c` with algorithm `choice`.
-    fn build(&self, c: Call<'_>, choice: select::Choice, nodes: &[usize]) -> Result<Run> {
+    /// Builds the schedule run of `c` with algorithm `choice`. The run
+    /// points into `c`'s buffers: the caller finishes it within `'b` (a
+    /// blocking call in its frame, a nonblocking one in its scope).
+    fn build(&self, c: Call<'_, '_>, choice: select::Choice, nodes: &[usize]) -> Result<Run> {
         let s = &c.spec;
         let alg = find(s.coll, choice.algorithm)
             .and_then(|a| a.schedule().map(|b| (a.name, b)))
@@ -492,8 +530,8 @@ impl Comm {
         let args = self.args(s, alg.0, nodes, choice.segment_bytes, choice.window);
         let sched = (alg.1)(&args);
         let tag = self.next_tag();
-        // SAFETY: the caller of `prepare` keeps the buffers borrowed until
-        // the run is done.
+        // SAFETY: `c` borrows both buffers for `'b`, and every caller
+        // finishes the run within it (see above).
         unsafe {
             Run::new(
                 sched,
@@ -518,7 +556,7 @@ impl Comm {
     /// not on the fast path lives out of line (`block_slow`, the cold
     /// error and first-use helpers).
     #[inline(always)]
-    fn block(&self, call: Result<Call<'_>>) -> Result<()> {
+    fn block(&self, call: Result<Call<'_, '_>>) -> Result<()> {
         // Looked at in place: the fast path never needs the call moved.
         let c = match &call {
             Ok(c) => c,
@@ -552,6 +590,9 @@ impl Comm {
         if shm {
             if let Some(locals) = &info.fast {
                 let mut e = self.eng.borrow_mut();
+                if let Some(x) = e.poison_err(op) {
+                    return Err(x);
+                }
                 if let Some(node) = e.node.clone() {
                     if let Some(area) = FastCall::area(&e, &node) {
                         let mut f = FastCall::begin(
@@ -563,7 +604,12 @@ impl Comm {
                             self.ctx + 1,
                             op,
                         );
-                        return fastpath::run(s.coll, &mut f, &io).map_err(|x| x.with_op(op));
+                        let res = fastpath::run(s.coll, &mut f, &io).map_err(|x| x.with_op(op));
+                        drop(f);
+                        if let Some(k) = io.reduce.filter(|k| k.is_user()) {
+                            user_panic(e, op, k.take_panic());
+                        }
+                        return res;
                     }
                 }
             }
@@ -574,35 +620,64 @@ impl Comm {
     #[inline(never)]
     fn block_slow(
         &self,
-        call: Result<Call<'_>>,
+        call: Result<Call<'_, '_>>,
         choice: select::Choice,
         nodes: &[usize],
     ) -> Result<()> {
-        let mut r = self.build(call?, choice, nodes)?;
+        let call = call?;
+        let op = Op::Collective(call.spec.coll);
+        if let Some(x) = self.eng.borrow().poison_err(op) {
+            return Err(x);
+        }
+        let mut r = self.build(call, choice, nodes)?;
         let mut e = self.eng.borrow_mut();
-        run::run_blocking(&mut e, &mut r)
+        let res = run::run_blocking(&mut e, &mut r);
+        let panic = r.take_panic();
+        user_panic(e, op, panic);
+        res
     }
 
-    fn nonblock<'a>(&self, c: Result<Call<'_>>) -> Result<CollRequest<'a>> {
+    /// Starts the nonblocking collective `c` in `scope`.
+    fn nonblock<'s>(
+        &self,
+        scope: &'s Scope<'s, '_>,
+        c: Result<Call<'s, '_>>,
+    ) -> Result<CollRequest<'s>> {
+        self.nonblock_keeping(scope, c, None)
+    }
+
+    /// [`Comm::nonblock`] with memory the run owns (and reads) until it is
+    /// dropped.
+    fn nonblock_keeping<'s>(
+        &self,
+        scope: &'s Scope<'s, '_>,
+        c: Result<Call<'s, '_>>,
+        keep: Option<Box<dyn std::any::Any>>,
+    ) -> Result<CollRequest<'s>> {
         let c = c?;
+        let op = Op::Collective(c.spec.coll);
+        if let Some(x) = self.eng.borrow().poison_err(op) {
+            return Err(x);
+        }
         let info = self.coll_info()?;
         let choice = select::choose(c.spec.coll, self.size(), info.ppn, c.spec.bytes, false)
-            .map_err(|e| e.with_op(Op::Collective(c.spec.coll)))?;
-        let r = Rc::new(RefCell::new(self.build(c, choice, &info.nodes)?));
-        {
-            let mut e = self.eng.borrow_mut();
-            r.borrow_mut().step(&mut e);
+            .map_err(|e| e.with_op(op))?;
+        let mut run = self.build(c, choice, &info.nodes)?;
+        if let Some(k) = keep {
+            run.keep(k);
         }
+        let r = Rc::new(RefCell::new(run));
+        r.borrow_mut().step(&mut self.eng.borrow_mut());
         let mut req = CollRequest {
-            eng: self.eng.clone(),
+            eng: Rc::downgrade(&self.eng),
             run: Some(r.clone()),
             outcome: None,
-            _keep: None,
             _buf: PhantomData,
         };
         if r.borrow().is_done() {
             req.finish();
         } else {
+            scope.track_coll(&self.eng, &r);
             run::register(r);
         }
         Ok(req)
@@ -611,7 +686,7 @@ impl Comm {
     // ------------------------------------------------------------ barrier
 
     #[inline(always)]
-    fn barrier_run(&self) -> Result<Call<'static>> {
+    fn barrier_run(&self) -> Result<Call<'static, 'static>> {
         let s = Spec::new(Collective::Barrier, 1, 0);
         self.prepare(s, &[], &mut [], None)
     }
@@ -622,14 +697,18 @@ impl Comm {
     }
 
     /// Nonblocking barrier.
-    pub fn ibarrier(&self) -> Result<CollRequest<'static>> {
-        self.nonblock(self.barrier_run())
+    pub fn ibarrier<'s>(&self, scope: &'s Scope<'s, '_>) -> Result<CollRequest<'s>> {
+        self.nonblock(scope, self.barrier_run())
     }
 
     // ------------------------------------------------------------ bcast
 
     #[inline(always)]
-    fn bcast_run<T: Datatype>(&self, buf: &mut [T], root: usize) -> Result<Call<'static>> {
+    fn bcast_run<'b, T: Datatype>(
+        &self,
+        buf: &'b mut [T],
+        root: usize,
+    ) -> Result<Call<'b, 'static>> {
         self.check_root(Collective::Bcast, root)?;
         let mut s = Spec::new(Collective::Bcast, std::mem::size_of::<T>(), buf.len());
         s.root = root;
@@ -642,25 +721,26 @@ impl Comm {
     }
 
     /// Nonblocking [`Comm::bcast`].
-    pub fn ibcast<'a, T: Datatype>(
+    pub fn ibcast<'s, T: Datatype>(
         &self,
-        buf: &'a mut [T],
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut [T],
         root: usize,
-    ) -> Result<CollRequest<'a>> {
-        self.nonblock(self.bcast_run(buf, root))
+    ) -> Result<CollRequest<'s>> {
+        self.nonblock(scope, self.bcast_run(buf, root))
     }
 
     // ------------------------------------------------------------ reductions
 
     #[inline(always)]
-    fn reduce_like<T: Reducible>(
+    fn reduce_like<'b, T: Reducible>(
         &self,
         c: Collective,
-        send: Option<&[T]>,
-        recv: &mut [T],
+        send: Option<&'b [T]>,
+        recv: &'b mut [T],
         op: ReduceOp<T>,
         root: usize,
-    ) -> Result<Call<'static>> {
+    ) -> Result<Call<'b, 'static>> {
         self.check_op(c, &op)?;
         let esize = std::mem::size_of::<T>();
         let count = send.map_or(recv.len(), |s| s.len());
@@ -712,15 +792,19 @@ impl Comm {
     }
 
     /// Nonblocking [`Comm::reduce`].
-    pub fn ireduce<'a, T: Reducible>(
+    pub fn ireduce<'s, T: Reducible>(
         &self,
-        send: &'a [T],
-        recv: &'a mut [T],
+        scope: &'s Scope<'s, '_>,
+        send: &'s [T],
+        recv: &'s mut [T],
         op: ReduceOp<T>,
         root: usize,
-    ) -> Result<CollRequest<'a>> {
+    ) -> Result<CollRequest<'s>> {
         self.check_root(Collective::Reduce, root)?;
-        self.nonblock(self.reduce_like(Collective::Reduce, Some(send), recv, op, root))
+        self.nonblock(
+            scope,
+            self.reduce_like(Collective::Reduce, Some(send), recv, op, root),
+        )
     }
 
     /// Reduces every rank's `send` with `op`; every rank gets the result
@@ -740,22 +824,30 @@ impl Comm {
     }
 
     /// Nonblocking [`Comm::allreduce`].
-    pub fn iallreduce<'a, T: Reducible>(
+    pub fn iallreduce<'s, T: Reducible>(
         &self,
-        send: &'a [T],
-        recv: &'a mut [T],
+        scope: &'s Scope<'s, '_>,
+        send: &'s [T],
+        recv: &'s mut [T],
         op: ReduceOp<T>,
-    ) -> Result<CollRequest<'a>> {
-        self.nonblock(self.reduce_like(Collective::Allreduce, Some(send), recv, op, 0))
+    ) -> Result<CollRequest<'s>> {
+        self.nonblock(
+            scope,
+            self.reduce_like(Collective::Allreduce, Some(send), recv, op, 0),
+        )
     }
 
     /// Nonblocking [`Comm::allreduce_in_place`].
-    pub fn iallreduce_in_place<'a, T: Reducible>(
+    pub fn iallreduce_in_place<'s, T: Reducible>(
         &self,
-        buf: &'a mut [T],
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut [T],
         op: ReduceOp<T>,
-    ) -> Result<CollRequest<'a>> {
-        self.nonblock(self.reduce_like(Collective::Allreduce, None, buf, op, 0))
+    ) -> Result<CollRequest<'s>> {
+        self.nonblock(
+            scope,
+            self.reduce_like(Collective::Allreduce, None, buf, op, 0),
+        )
     }
 
     /// Inclusive prefix reduction: rank r gets `send[0] op ... op send[r]`.
@@ -769,13 +861,17 @@ impl Comm {
     }
 
     /// Nonblocking [`Comm::scan`].
-    pub fn iscan<'a, T: Reducible>(
+    pub fn iscan<'s, T: Reducible>(
         &self,
-        send: &'a [T],
-        recv: &'a mut [T],
+        scope: &'s Scope<'s, '_>,
+        send: &'s [T],
+        recv: &'s mut [T],
         op: ReduceOp<T>,
-    ) -> Result<CollRequest<'a>> {
-        self.nonblock(self.reduce_like(Collective::Scan, Some(send), recv, op, 0))
+    ) -> Result<CollRequest<'s>> {
+        self.nonblock(
+            scope,
+            self.reduce_like(Collective::Scan, Some(send), recv, op, 0),
+        )
     }
 
     /// Exclusive prefix reduction: rank r > 0 gets `send[0] op ... op
@@ -790,24 +886,28 @@ impl Comm {
     }
 
     /// Nonblocking [`Comm::exscan`].
-    pub fn iexscan<'a, T: Reducible>(
+    pub fn iexscan<'s, T: Reducible>(
         &self,
-        send: &'a [T],
-        recv: &'a mut [T],
+        scope: &'s Scope<'s, '_>,
+        send: &'s [T],
+        recv: &'s mut [T],
         op: ReduceOp<T>,
-    ) -> Result<CollRequest<'a>> {
-        self.nonblock(self.reduce_like(Collective::Exscan, Some(send), recv, op, 0))
+    ) -> Result<CollRequest<'s>> {
+        self.nonblock(
+            scope,
+            self.reduce_like(Collective::Exscan, Some(send), recv, op, 0),
+        )
     }
 
     #[inline(always)]
-    fn reduce_scatter_run<'c, T: Reducible>(
+    fn reduce_scatter_run<'b, 'c, T: Reducible>(
         &self,
         c: Collective,
-        send: Option<&[T]>,
-        recv: &mut [T],
+        send: Option<&'b [T]>,
+        recv: &'b mut [T],
         counts: Option<(&'c [usize], &'c [usize])>,
         op: ReduceOp<T>,
-    ) -> Result<Call<'c>> {
+    ) -> Result<Call<'b, 'c>> {
         self.check_op(c, &op)?;
         let n = self.size();
         let input_len = send.map_or(recv.len(), |s| s.len());
@@ -894,20 +994,24 @@ impl Comm {
     }
 
     /// Nonblocking [`Comm::reduce_scatter`].
-    pub fn ireduce_scatter<'a, T: Reducible>(
+    pub fn ireduce_scatter<'s, T: Reducible>(
         &self,
-        send: &'a [T],
-        recv: &'a mut [T],
+        scope: &'s Scope<'s, '_>,
+        send: &'s [T],
+        recv: &'s mut [T],
         counts: &[usize],
         op: ReduceOp<T>,
-    ) -> Result<CollRequest<'a>> {
-        self.nonblock(self.reduce_scatter_run(
-            Collective::ReduceScatter,
-            Some(send),
-            recv,
-            Some((counts, &prefix(counts))),
-            op,
-        ))
+    ) -> Result<CollRequest<'s>> {
+        self.nonblock(
+            scope,
+            self.reduce_scatter_run(
+                Collective::ReduceScatter,
+                Some(send),
+                recv,
+                Some((counts, &prefix(counts))),
+                op,
+            ),
+        )
     }
 
     /// [`Comm::reduce_scatter`] with `recv.len()` elements for every rank.
@@ -927,30 +1031,28 @@ impl Comm {
     }
 
     /// Nonblocking [`Comm::reduce_scatter_block`].
-    pub fn ireduce_scatter_block<'a, T: Reducible>(
+    pub fn ireduce_scatter_block<'s, T: Reducible>(
         &self,
-        send: &'a [T],
-        recv: &'a mut [T],
+        scope: &'s Scope<'s, '_>,
+        send: &'s [T],
+        recv: &'s mut [T],
         op: ReduceOp<T>,
-    ) -> Result<CollRequest<'a>> {
-        self.nonblock(self.reduce_scatter_run(
-            Collective::ReduceScatterBlock,
-            Some(send),
-            recv,
-            None,
-            op,
-        ))
+    ) -> Result<CollRequest<'s>> {
+        self.nonblock(
+            scope,
+            self.reduce_scatter_run(Collective::ReduceScatterBlock, Some(send), recv, None, op),
+        )
     }
 
     // ------------------------------------------------------------ gather / scatter
 
     #[inline(always)]
-    fn gather_run<T: Datatype>(
+    fn gather_run<'b, T: Datatype>(
         &self,
-        send: Option<&[T]>,
-        recv: &mut [T],
+        send: Option<&'b [T]>,
+        recv: &'b mut [T],
         root: usize,
-    ) -> Result<Call<'static>> {
+    ) -> Result<Call<'b, 'static>> {
         let c = Collective::Gather;
         self.check_root(c, root)?;
         let n = self.size();
@@ -1011,24 +1113,25 @@ impl Comm {
     }
 
     /// Nonblocking [`Comm::gather`].
-    pub fn igather<'a, T: Datatype>(
+    pub fn igather<'s, T: Datatype>(
         &self,
-        send: &'a [T],
-        recv: &'a mut [T],
+        scope: &'s Scope<'s, '_>,
+        send: &'s [T],
+        recv: &'s mut [T],
         root: usize,
-    ) -> Result<CollRequest<'a>> {
-        self.nonblock(self.gather_run(Some(send), recv, root))
+    ) -> Result<CollRequest<'s>> {
+        self.nonblock(scope, self.gather_run(Some(send), recv, root))
     }
 
     #[inline(always)]
-    fn gatherv_run<'c, T: Datatype>(
+    fn gatherv_run<'b, 'c, T: Datatype>(
         &self,
-        send: &[T],
-        recv: &mut [T],
+        send: &'b [T],
+        recv: &'b mut [T],
         counts: &'c [usize],
         displs: &'c [usize],
         root: usize,
-    ) -> Result<Call<'c>> {
+    ) -> Result<Call<'b, 'c>> {
         let c = Collective::Gatherv;
         self.check_root(c, root)?;
         let me = self.rank();
@@ -1071,24 +1174,25 @@ impl Comm {
     }
 
     /// Nonblocking [`Comm::gatherv`].
-    pub fn igatherv<'a, T: Datatype>(
+    pub fn igatherv<'s, T: Datatype>(
         &self,
-        send: &'a [T],
-        recv: &'a mut [T],
+        scope: &'s Scope<'s, '_>,
+        send: &'s [T],
+        recv: &'s mut [T],
         counts: &[usize],
         displs: &[usize],
         root: usize,
-    ) -> Result<CollRequest<'a>> {
-        self.nonblock(self.gatherv_run(send, recv, counts, displs, root))
+    ) -> Result<CollRequest<'s>> {
+        self.nonblock(scope, self.gatherv_run(send, recv, counts, displs, root))
     }
 
     #[inline(always)]
-    fn scatter_run<T: Datatype>(
+    fn scatter_run<'b, T: Datatype>(
         &self,
-        send: Option<&[T]>,
-        recv: &mut [T],
+        send: Option<&'b [T]>,
+        recv: &'b mut [T],
         root: usize,
-    ) -> Result<Call<'static>> {
+    ) -> Result<Call<'b, 'static>> {
         let c = Collective::Scatter;
         self.check_root(c, root)?;
         let n = self.size();
@@ -1145,24 +1249,25 @@ impl Comm {
     }
 
     /// Nonblocking [`Comm::scatter`].
-    pub fn iscatter<'a, T: Datatype>(
+    pub fn iscatter<'s, T: Datatype>(
         &self,
-        send: &'a [T],
-        recv: &'a mut [T],
+        scope: &'s Scope<'s, '_>,
+        send: &'s [T],
+        recv: &'s mut [T],
         root: usize,
-    ) -> Result<CollRequest<'a>> {
-        self.nonblock(self.scatter_run(Some(send), recv, root))
+    ) -> Result<CollRequest<'s>> {
+        self.nonblock(scope, self.scatter_run(Some(send), recv, root))
     }
 
     #[inline(always)]
-    fn scatterv_run<'c, T: Datatype>(
+    fn scatterv_run<'b, 'c, T: Datatype>(
         &self,
-        send: &[T],
+        send: &'b [T],
         counts: &'c [usize],
         displs: &'c [usize],
-        recv: &mut [T],
+        recv: &'b mut [T],
         root: usize,
-    ) -> Result<Call<'c>> {
+    ) -> Result<Call<'b, 'c>> {
         let c = Collective::Scatterv;
         self.check_root(c, root)?;
         let me = self.rank();
@@ -1205,25 +1310,26 @@ impl Comm {
     }
 
     /// Nonblocking [`Comm::scatterv`].
-    pub fn iscatterv<'a, T: Datatype>(
+    pub fn iscatterv<'s, T: Datatype>(
         &self,
-        send: &'a [T],
+        scope: &'s Scope<'s, '_>,
+        send: &'s [T],
         counts: &[usize],
         displs: &[usize],
-        recv: &'a mut [T],
+        recv: &'s mut [T],
         root: usize,
-    ) -> Result<CollRequest<'a>> {
-        self.nonblock(self.scatterv_run(send, counts, displs, recv, root))
+    ) -> Result<CollRequest<'s>> {
+        self.nonblock(scope, self.scatterv_run(send, counts, displs, recv, root))
     }
 
     // ------------------------------------------------------------ allgather / alltoall
 
     #[inline(always)]
-    fn allgather_run<T: Datatype>(
+    fn allgather_run<'b, T: Datatype>(
         &self,
-        send: Option<&[T]>,
-        recv: &mut [T],
-    ) -> Result<Call<'static>> {
+        send: Option<&'b [T]>,
+        recv: &'b mut [T],
+    ) -> Result<Call<'b, 'static>> {
         let c = Collective::Allgather;
         let n = self.size();
         let count = match send {
@@ -1267,22 +1373,23 @@ impl Comm {
     }
 
     /// Nonblocking [`Comm::allgather`].
-    pub fn iallgather<'a, T: Datatype>(
+    pub fn iallgather<'s, T: Datatype>(
         &self,
-        send: &'a [T],
-        recv: &'a mut [T],
-    ) -> Result<CollRequest<'a>> {
-        self.nonblock(self.allgather_run(Some(send), recv))
+        scope: &'s Scope<'s, '_>,
+        send: &'s [T],
+        recv: &'s mut [T],
+    ) -> Result<CollRequest<'s>> {
+        self.nonblock(scope, self.allgather_run(Some(send), recv))
     }
 
     #[inline(always)]
-    fn allgatherv_run<'c, T: Datatype>(
+    fn allgatherv_run<'b, 'c, T: Datatype>(
         &self,
-        send: Option<&[T]>,
-        recv: &mut [T],
+        send: Option<&'b [T]>,
+        recv: &'b mut [T],
         counts: &'c [usize],
         displs: &'c [usize],
-    ) -> Result<Call<'c>> {
+    ) -> Result<Call<'b, 'c>> {
         let c = Collective::Allgatherv;
         let n = self.size();
         self.check_layout(c, "receive", counts, displs, recv.len())?;
@@ -1331,18 +1438,23 @@ impl Comm {
     }
 
     /// Nonblocking [`Comm::allgatherv`].
-    pub fn iallgatherv<'a, T: Datatype>(
+    pub fn iallgatherv<'s, T: Datatype>(
         &self,
-        send: &'a [T],
-        recv: &'a mut [T],
+        scope: &'s Scope<'s, '_>,
+        send: &'s [T],
+        recv: &'s mut [T],
         counts: &[usize],
         displs: &[usize],
-    ) -> Result<CollRequest<'a>> {
-        self.nonblock(self.allgatherv_run(Some(send), recv, counts, displs))
+    ) -> Result<CollRequest<'s>> {
+        self.nonblock(scope, self.allgatherv_run(Some(send), recv, counts, displs))
     }
 
     #[inline(always)]
-    fn alltoall_run<T: Datatype>(&self, send: &[T], recv: &mut [T]) -> Result<Call<'static>> {
+    fn alltoall_run<'b, T: Datatype>(
+        &self,
+        send: &'b [T],
+        recv: &'b mut [T],
+    ) -> Result<Call<'b, 'static>> {
         let c = Collective::Alltoall;
         let n = self.size();
         if send.len() != recv.len() || send.len() % n != 0 {
@@ -1372,25 +1484,26 @@ impl Comm {
     }
 
     /// Nonblocking [`Comm::alltoall`].
-    pub fn ialltoall<'a, T: Datatype>(
+    pub fn ialltoall<'s, T: Datatype>(
         &self,
-        send: &'a [T],
-        recv: &'a mut [T],
-    ) -> Result<CollRequest<'a>> {
-        self.nonblock(self.alltoall_run(send, recv))
+        scope: &'s Scope<'s, '_>,
+        send: &'s [T],
+        recv: &'s mut [T],
+    ) -> Result<CollRequest<'s>> {
+        self.nonblock(scope, self.alltoall_run(send, recv))
     }
 
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    fn alltoallv_run<'c, T: Datatype>(
+    fn alltoallv_run<'b, 'c, T: Datatype>(
         &self,
-        send: &[T],
+        send: &'b [T],
         scounts: &'c [usize],
         sdispls: &'c [usize],
-        recv: &mut [T],
+        recv: &'b mut [T],
         rcounts: &'c [usize],
         rdispls: &'c [usize],
-    ) -> Result<Call<'c>> {
+    ) -> Result<Call<'b, 'c>> {
         let c = Collective::Alltoallv;
         self.check_layout(c, "send", scounts, sdispls, send.len())?;
         self.check_layout(c, "receive", rcounts, rdispls, recv.len())?;
@@ -1430,108 +1543,146 @@ impl Comm {
 
     /// Nonblocking [`Comm::alltoallv`].
     #[allow(clippy::too_many_arguments)]
-    pub fn ialltoallv<'a, T: Datatype>(
+    pub fn ialltoallv<'s, T: Datatype>(
         &self,
-        send: &'a [T],
+        scope: &'s Scope<'s, '_>,
+        send: &'s [T],
         scounts: &[usize],
         sdispls: &[usize],
-        recv: &'a mut [T],
+        recv: &'s mut [T],
         rcounts: &[usize],
         rdispls: &[usize],
-    ) -> Result<CollRequest<'a>> {
-        self.nonblock(self.alltoallv_run(send, scounts, sdispls, recv, rcounts, rdispls))
+    ) -> Result<CollRequest<'s>> {
+        self.nonblock(
+            scope,
+            self.alltoallv_run(send, scounts, sdispls, recv, rcounts, rdispls),
+        )
     }
     // ------------------------------------------------------------ nonblocking in place
 
     /// Nonblocking [`Comm::reduce_in_place`].
-    pub fn ireduce_in_place<'a, T: Reducible>(
+    pub fn ireduce_in_place<'s, T: Reducible>(
         &self,
-        buf: &'a mut [T],
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut [T],
         op: ReduceOp<T>,
         root: usize,
-    ) -> Result<CollRequest<'a>> {
+    ) -> Result<CollRequest<'s>> {
         self.check_root(Collective::Reduce, root)?;
-        self.nonblock(self.reduce_like(Collective::Reduce, None, buf, op, root))
+        self.nonblock(
+            scope,
+            self.reduce_like(Collective::Reduce, None, buf, op, root),
+        )
     }
 
     /// Nonblocking [`Comm::scan_in_place`].
-    pub fn iscan_in_place<'a, T: Reducible>(
+    pub fn iscan_in_place<'s, T: Reducible>(
         &self,
-        buf: &'a mut [T],
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut [T],
         op: ReduceOp<T>,
-    ) -> Result<CollRequest<'a>> {
-        self.nonblock(self.reduce_like(Collective::Scan, None, buf, op, 0))
+    ) -> Result<CollRequest<'s>> {
+        self.nonblock(scope, self.reduce_like(Collective::Scan, None, buf, op, 0))
     }
 
     /// Nonblocking [`Comm::exscan_in_place`].
-    pub fn iexscan_in_place<'a, T: Reducible>(
+    pub fn iexscan_in_place<'s, T: Reducible>(
         &self,
-        buf: &'a mut [T],
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut [T],
         op: ReduceOp<T>,
-    ) -> Result<CollRequest<'a>> {
-        self.nonblock(self.reduce_like(Collective::Exscan, None, buf, op, 0))
+    ) -> Result<CollRequest<'s>> {
+        self.nonblock(
+            scope,
+            self.reduce_like(Collective::Exscan, None, buf, op, 0),
+        )
     }
 
     /// Nonblocking [`Comm::reduce_scatter_in_place`].
-    pub fn ireduce_scatter_in_place<'a, T: Reducible>(
+    pub fn ireduce_scatter_in_place<'s, T: Reducible>(
         &self,
-        buf: &'a mut [T],
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut [T],
         counts: &[usize],
         op: ReduceOp<T>,
-    ) -> Result<CollRequest<'a>> {
-        self.nonblock(self.reduce_scatter_run(
-            Collective::ReduceScatter,
-            None,
-            buf,
-            Some((counts, &prefix(counts))),
-            op,
-        ))
+    ) -> Result<CollRequest<'s>> {
+        self.nonblock(
+            scope,
+            self.reduce_scatter_run(
+                Collective::ReduceScatter,
+                None,
+                buf,
+                Some((counts, &prefix(counts))),
+                op,
+            ),
+        )
     }
 
     /// Nonblocking [`Comm::gather_in_place`].
-    pub fn igather_in_place<'a, T: Datatype>(
+    pub fn igather_in_place<'s, T: Datatype>(
         &self,
-        buf: &'a mut [T],
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut [T],
         root: usize,
-    ) -> Result<CollRequest<'a>> {
-        self.nonblock(self.gather_run(None, buf, root))
+    ) -> Result<CollRequest<'s>> {
+        self.nonblock(scope, self.gather_run(None, buf, root))
     }
 
     /// Nonblocking [`Comm::scatter_in_place`].
-    pub fn iscatter_in_place<'a, T: Datatype>(
+    pub fn iscatter_in_place<'s, T: Datatype>(
         &self,
-        buf: &'a mut [T],
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut [T],
         root: usize,
-    ) -> Result<CollRequest<'a>> {
-        self.nonblock(self.scatter_run(None, buf, root))
+    ) -> Result<CollRequest<'s>> {
+        self.nonblock(scope, self.scatter_run(None, buf, root))
     }
 
     /// Nonblocking [`Comm::allgather_in_place`].
-    pub fn iallgather_in_place<'a, T: Datatype>(
+    pub fn iallgather_in_place<'s, T: Datatype>(
         &self,
-        buf: &'a mut [T],
-    ) -> Result<CollRequest<'a>> {
-        self.nonblock(self.allgather_run(None, buf))
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut [T],
+    ) -> Result<CollRequest<'s>> {
+        self.nonblock(scope, self.allgather_run(None, buf))
     }
 
     /// Nonblocking [`Comm::allgatherv_in_place`].
-    pub fn iallgatherv_in_place<'a, T: Datatype>(
+    pub fn iallgatherv_in_place<'s, T: Datatype>(
         &self,
-        buf: &'a mut [T],
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut [T],
         counts: &[usize],
         displs: &[usize],
-    ) -> Result<CollRequest<'a>> {
-        self.nonblock(self.allgatherv_run(None, buf, counts, displs))
+    ) -> Result<CollRequest<'s>> {
+        self.nonblock(scope, self.allgatherv_run(None, buf, counts, displs))
     }
 
     /// Nonblocking [`Comm::alltoall_in_place`] (the input is copied first).
-    pub fn ialltoall_in_place<'a, T: Datatype>(&self, buf: &'a mut [T]) -> Result<CollRequest<'a>> {
+    pub fn ialltoall_in_place<'s, T: Datatype>(
+        &self,
+        scope: &'s Scope<'s, '_>,
+        buf: &'s mut [T],
+    ) -> Result<CollRequest<'s>> {
         let copy: Box<[T]> = buf.into();
-        let run = self.alltoall_run(&copy, buf);
-        let mut req = self.nonblock(run)?;
-        // The run reads the box's heap block, which stays put when the box
-        // moves into the request (dropped only after the run is done).
-        req._keep = Some(Box::new(copy));
-        Ok(req)
+        // SAFETY: the view is of the box's heap block, which stays put when
+        // the box moves into the run below and is freed only with the run,
+        // after it is done; nothing else sees the box.
+        let input: &'s [T] = unsafe { std::slice::from_raw_parts(copy.as_ptr(), copy.len()) };
+        let run = self.alltoall_run(input, buf);
+        self.nonblock_keeping(scope, run, Some(Box::new(copy)))
+    }
+}
+
+/// Resumes the panic of a blocking collective's reduction operation, if it
+/// panicked, once the collective is over: the engine is poisoned first
+/// (this rank's data no longer matches the others'), and let go of, so the
+/// unwinding does not pass through it.
+#[inline]
+fn user_panic(mut e: EngineMut<'_>, op: Op, panic: Option<Box<dyn std::any::Any + Send>>) {
+    if let Some(p) = panic {
+        e.poison_by_panic(op, &*p);
+        drop(e);
+        std::panic::resume_unwind(p);
     }
 }

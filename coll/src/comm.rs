@@ -5,13 +5,14 @@
 //! collective traffic (split and the collectives in `collectives.rs`), so the
 //! two never match each other's messages.
 
-use std::cell::RefCell;
 use std::rc::Rc;
 
 use crate::datatype::{as_bytes, as_bytes_mut, Datatype};
+use crate::engine::cell::EngineCell;
 use crate::engine::{Engine, Posted2};
 use crate::error::{Error, Op, Result};
 use crate::request::{Request, Status};
+use crate::scope::Scope;
 
 /// Receive from any source.
 pub const ANY_SOURCE: usize = usize::MAX;
@@ -23,8 +24,19 @@ pub const UNDEFINED: i32 = -1;
 const TAG_SPLIT: i32 = 1;
 
 /// A communicator.
+///
+/// Threading: ibcoll is called from one thread per process (like
+/// `MPI_THREAD_FUNNELED`): the thread that called [`crate::init`]. A
+/// `Comm`, and every request and scope made from it, is neither `Send` nor
+/// `Sync`, so the compiler keeps them on that thread:
+///
+/// ```compile_fail
+/// fn needs_send<T: Send>(_: T) {}
+/// let world = ibcoll::init().unwrap();
+/// needs_send(world);
+/// ```
 pub struct Comm {
-    pub(crate) eng: Rc<RefCell<Engine>>,
+    pub(crate) eng: Rc<EngineCell>,
     pub(crate) ctx: u32,
     rank: usize,
     /// World rank of each member.
@@ -49,7 +61,7 @@ impl Comm {
         let rank = eng.rank();
         let size = eng.size();
         Comm {
-            eng: Rc::new(RefCell::new(eng)),
+            eng: Rc::new(EngineCell::new(eng)),
             ctx: 0,
             rank,
             group: (0..size).collect::<Vec<_>>().into(),
@@ -184,8 +196,8 @@ impl Comm {
             bytes.len(),
         )?;
         Ok(match posted {
-            Posted2::Done => Request::finished(self.eng.clone(), Ok(Status::empty())),
-            Posted2::Pending(tok) => Request::pending(self.eng.clone(), tok),
+            Posted2::Done => Request::finished(&self.eng, Ok(Status::empty())),
+            Posted2::Pending(tok) => Request::pending(&self.eng, tok),
         })
     }
 
@@ -206,7 +218,7 @@ impl Comm {
             bytes.as_mut_ptr(),
             bytes.len(),
         );
-        Ok(Request::pending(self.eng.clone(), tok))
+        Ok(Request::pending(&self.eng, tok))
     }
 
     fn send_on(&self, ctx: u32, bytes: &[u8], dest: usize, tag: i32) -> Result<()> {
@@ -260,25 +272,38 @@ impl Comm {
         self.recv_on(self.ctx, as_bytes_mut(buf), source, tag)
     }
 
-    /// Starts a send; the buffer stays borrowed until the request completes.
-    pub fn isend<'a, T: Datatype>(
+    /// Starts a send in scope `s`; the buffer stays borrowed until the
+    /// scope ends, which finishes the send if nothing else did (see
+    /// [`crate::scope`]).
+    pub fn isend<'s, T: Datatype>(
         &self,
-        buf: &'a [T],
+        s: &'s Scope<'s, '_>,
+        buf: &'s [T],
         dest: usize,
         tag: i32,
-    ) -> Result<Request<'a>> {
-        self.isend_on(self.ctx, as_bytes(buf), dest, tag)
+    ) -> Result<Request<'s>> {
+        let r = self.isend_on(self.ctx, as_bytes(buf), dest, tag)?;
+        if let Some(t) = r.token() {
+            s.track_op(&self.eng, t);
+        }
+        Ok(r)
     }
 
-    /// Starts a receive; the buffer stays borrowed until the request
-    /// completes.
-    pub fn irecv<'a, T: Datatype>(
+    /// Starts a receive in scope `s`; the buffer stays borrowed until the
+    /// scope ends, which finishes the receive if nothing else did (see
+    /// [`crate::scope`]).
+    pub fn irecv<'s, T: Datatype>(
         &self,
-        buf: &'a mut [T],
+        s: &'s Scope<'s, '_>,
+        buf: &'s mut [T],
         source: usize,
         tag: i32,
-    ) -> Result<Request<'a>> {
-        self.irecv_on(self.ctx, as_bytes_mut(buf), source, tag)
+    ) -> Result<Request<'s>> {
+        let r = self.irecv_on(self.ctx, as_bytes_mut(buf), source, tag)?;
+        if let Some(t) = r.token() {
+            s.track_op(&self.eng, t);
+        }
+        Ok(r)
     }
 
     /// Sends and receives at once (no deadlock between two ranks doing it).
@@ -291,8 +316,10 @@ impl Comm {
         source: usize,
         recvtag: i32,
     ) -> Result<Status> {
-        let r = self.irecv(recvbuf, source, recvtag)?;
-        let s = self.isend(sendbuf, dest, sendtag)?;
+        // Both are waited for here (dropping waits too), so the requests
+        // need no scope.
+        let r = self.irecv_on(self.ctx, as_bytes_mut(recvbuf), source, recvtag)?;
+        let s = self.isend_on(self.ctx, as_bytes(sendbuf), dest, sendtag)?;
         let rs = r.wait();
         s.wait()?;
         rs
@@ -303,6 +330,9 @@ impl Comm {
         let (src, peer, tag) = self.source_filter(source, tag, Op::Probe)?;
         let ctx = self.ctx;
         let mut e = self.eng.borrow_mut();
+        if let Some(err) = e.poison_err(Op::Probe) {
+            return Err(err);
+        }
         let mut lost = None;
         e.wait_until(|e| {
             if e.st.matcher.peek_unexpected(ctx, src, tag).is_some() {
@@ -325,6 +355,9 @@ impl Comm {
     pub fn iprobe(&self, source: usize, tag: i32) -> Result<Option<Status>> {
         let (src, peer, tag) = self.source_filter(source, tag, Op::Probe)?;
         let mut e = self.eng.borrow_mut();
+        if let Some(err) = e.poison_err(Op::Probe) {
+            return Err(err);
+        }
         e.progress();
         if let Some(u) = e.st.matcher.peek_unexpected(self.ctx, src, tag) {
             return Ok(Some(Status {

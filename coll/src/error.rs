@@ -91,6 +91,12 @@ pub enum Error {
         detail: String,
     },
 
+    /// An earlier call failed in a way that leaves this process's ranks
+    /// out of step with the others (a reduction operation panicked): every
+    /// later call says so instead of computing with them.
+    #[error("rank {rank}: {op}: ibcoll cannot be used any more in this process: {detail}")]
+    Poisoned { rank: usize, op: Op, detail: String },
+
     /// A peer sent bytes that do not follow the protocol.
     #[error("rank {rank}: protocol error from rank {peer}: {detail}")]
     Protocol {
@@ -179,6 +185,11 @@ impl Error {
                 peer: *peer,
                 detail: detail.clone(),
             },
+            Error::Poisoned { rank, op, detail } => Error::Poisoned {
+                rank: *rank,
+                op: *op,
+                detail: detail.clone(),
+            },
         }
     }
 
@@ -189,7 +200,8 @@ impl Error {
             | Error::PeerLost { op, .. }
             | Error::InvalidArgument { op, .. }
             | Error::Pmi { op, .. }
-            | Error::Transport { op, .. } => *op = new,
+            | Error::Transport { op, .. }
+            | Error::Poisoned { op, .. } => *op = new,
             Error::Config { .. } | Error::Protocol { .. } => {}
         }
         self

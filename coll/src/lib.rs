@@ -31,6 +31,7 @@ pub(crate) mod fastpath;
 pub mod ops;
 pub mod request;
 pub mod schedule;
+pub mod scope;
 pub mod select;
 pub mod sim;
 pub mod transport;
@@ -49,6 +50,7 @@ pub use error::{Error, Op, Result};
 pub use ibcoll_rdma::TrackingAlloc;
 pub use ops::{ReduceOp, Reducible};
 pub use request::{wait_all, wait_any, Request, Status};
+pub use scope::{scope, static_scope, Scope};
 
 static INITIALIZED: AtomicBool = AtomicBool::new(false);
 

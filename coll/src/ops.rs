@@ -149,7 +149,72 @@ float_reducible!(f32, f64);
 /// A type-erased reduction over byte buffers: `dst = src (op) dst` when
 /// `src_left`, else `dst = dst (op) src`, element-wise. Lengths are equal
 /// multiples of the element size (checked by the schedule).
-pub type ByteReduce = Rc<dyn Fn(&mut [u8], &[u8], bool)>;
+///
+/// A user operation that panics does not unwind through the engine (which
+/// may have operations in flight into buffers on the unwinding stack):
+/// [`ByteReduce::apply`] catches the panic, leaves that destination as it
+/// is, and keeps the payload for the collective's caller, who takes it
+/// ([`ByteReduce::take_panic`]) once the collective has finished and
+/// nothing points into its buffers any more.
+#[derive(Clone)]
+pub struct ByteReduce {
+    f: Rc<Kernel>,
+    /// A user operation's first panic (built-in kernels cannot panic).
+    panic: Option<Rc<PanicSlot>>,
+}
+
+/// The element-wise loop of one operation on one type.
+type Kernel = dyn Fn(&mut [u8], &[u8], bool);
+
+/// Where a user operation's panic waits for the collective to end.
+type PanicSlot = std::cell::RefCell<Option<Box<dyn std::any::Any + Send>>>;
+
+impl ByteReduce {
+    /// Applies the reduction (see the type).
+    #[inline]
+    pub fn apply(&self, dst: &mut [u8], src: &[u8], src_left: bool) {
+        match &self.panic {
+            None => (self.f)(dst, src, src_left),
+            Some(slot) => self.apply_user(slot, dst, src, src_left),
+        }
+    }
+
+    #[inline(never)]
+    fn apply_user(&self, slot: &PanicSlot, dst: &mut [u8], src: &[u8], src_left: bool) {
+        let f = &self.f;
+        // Unwind safety: after a panic the destination holds whatever the
+        // operation left there, which is only ever plain bytes; the
+        // collective completes and its caller gets the panic back.
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(dst, src, src_left)));
+        if let Err(p) = r {
+            let mut s = slot.borrow_mut();
+            if s.is_none() {
+                *s = Some(p);
+            }
+        }
+    }
+
+    /// The first panic of the user operation, if it panicked.
+    pub fn take_panic(&self) -> Option<Box<dyn std::any::Any + Send>> {
+        self.panic.as_ref().and_then(|s| s.borrow_mut().take())
+    }
+
+    /// Whether this is a user operation (which may panic).
+    pub fn is_user(&self) -> bool {
+        self.panic.is_some()
+    }
+}
+
+/// What a panic payload says, for messages.
+pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic with a non-string payload".to_string()
+    }
+}
 
 /// Number of built-in operations (all but `User`).
 const BUILTIN_OPS: usize = 9;
@@ -182,7 +247,8 @@ pub fn byte_reduce<T: Reducible>(op: ReduceOp<T>) -> ByteReduce {
 }
 
 fn make_kernel<T: Reducible>(op: ReduceOp<T>) -> ByteReduce {
-    Rc::new(move |dst: &mut [u8], src: &[u8], src_left: bool| {
+    let user = matches!(op, ReduceOp::User(_));
+    let f = Rc::new(move |dst: &mut [u8], src: &[u8], src_left: bool| {
         let sz = std::mem::size_of::<T>();
         let n = dst.len().min(src.len()) / sz;
         let d = dst.as_mut_ptr() as *mut T;
@@ -200,7 +266,11 @@ fn make_kernel<T: Reducible>(op: ReduceOp<T>) -> ByteReduce {
                 std::ptr::write_unaligned(d.add(i), v);
             }
         }
-    })
+    });
+    ByteReduce {
+        f,
+        panic: user.then(|| Rc::new(PanicSlot::default())),
+    }
 }
 
 #[cfg(test)]
@@ -223,7 +293,25 @@ mod tests {
         );
         let k = byte_reduce::<u32>(ReduceOp::Sum);
         let mut d = crate::datatype::as_bytes(&[1u32, 2]).to_vec();
-        k(&mut d, crate::datatype::as_bytes(&[10u32, 20]), true);
+        k.apply(&mut d, crate::datatype::as_bytes(&[10u32, 20]), true);
         assert_eq!(d, crate::datatype::as_bytes(&[11u32, 22]));
+    }
+
+    #[test]
+    fn a_user_operation_that_panics_is_caught_and_kept() {
+        let k = byte_reduce::<u32>(ReduceOp::user(|a, b| {
+            if b == 7 {
+                panic!("seven");
+            }
+            a + b
+        }));
+        let mut d = crate::datatype::as_bytes(&[1u32, 7, 3]).to_vec();
+        k.apply(&mut d, crate::datatype::as_bytes(&[10u32, 20, 30]), true);
+        // The elements before the panic were combined, the rest untouched.
+        assert_eq!(d, crate::datatype::as_bytes(&[11u32, 7, 3]));
+        let p = k.take_panic().expect("the panic is kept");
+        assert_eq!(panic_message(&*p), "seven");
+        assert!(k.take_panic().is_none());
+        assert!(byte_reduce::<u32>(ReduceOp::Sum).take_panic().is_none());
     }
 }

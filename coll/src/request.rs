@@ -1,11 +1,11 @@
-//! Nonblocking operations: [`Request`], its [`Status`], and waiting for
-//! several at once.
+//! Nonblocking point-to-point operations: [`Request`], its [`Status`], and
+//! waiting for several at once. Why they are sound: [`crate::scope`].
 
-use std::cell::RefCell;
 use std::marker::PhantomData;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 
 use crate::datatype::Datatype;
+use crate::engine::cell::EngineCell;
 use crate::engine::ops::Token;
 use crate::engine::Engine;
 use crate::error::{Error, Op, Result};
@@ -36,25 +36,29 @@ impl Status {
     }
 }
 
-/// A pending send or receive. It borrows the buffer for `'a`; dropping it
-/// before completion waits for completion (an operation cannot be
-/// abandoned while the engine may still touch the buffer).
+/// A pending send or receive, started in a [`Scope`](crate::Scope) whose
+/// lifetime `'scope` its buffer is borrowed for.
 ///
-/// Leaking a pending request (`mem::forget`) while its buffer is freed is
-/// not supported: the engine would still write into the buffer.
+/// Waiting or testing gives the outcome. Dropping an incomplete request
+/// waits for it; forgetting or leaking it is harmless: the scope finishes
+/// the operation before the buffer can be used again (see
+/// [`crate::scope`]). Requests belong to the thread that called
+/// [`crate::init`] (neither `Send` nor `Sync`).
 #[must_use = "a request does nothing unless waited for or tested"]
-pub struct Request<'a> {
-    eng: Rc<RefCell<Engine>>,
+pub struct Request<'scope> {
+    /// Weak: the job is left when the last communicator is dropped, even
+    /// with requests leaked (their operations are settled then).
+    eng: Weak<EngineCell>,
     tok: Option<Token>,
     outcome: Option<Result<Status>>,
     active: bool,
-    _buf: PhantomData<&'a mut [u8]>,
+    _buf: PhantomData<&'scope mut [u8]>,
 }
 
-impl<'a> Request<'a> {
-    pub(crate) fn pending(eng: Rc<RefCell<Engine>>, tok: Token) -> Request<'a> {
+impl<'scope> Request<'scope> {
+    pub(crate) fn pending(eng: &Rc<EngineCell>, tok: Token) -> Request<'scope> {
         Request {
-            eng,
+            eng: Rc::downgrade(eng),
             tok: Some(tok),
             outcome: None,
             active: true,
@@ -62,14 +66,19 @@ impl<'a> Request<'a> {
         }
     }
 
-    pub(crate) fn finished(eng: Rc<RefCell<Engine>>, outcome: Result<Status>) -> Request<'a> {
+    pub(crate) fn finished(eng: &Rc<EngineCell>, outcome: Result<Status>) -> Request<'scope> {
         Request {
-            eng,
+            eng: Rc::downgrade(eng),
             tok: None,
             outcome: Some(outcome),
             active: true,
             _buf: PhantomData,
         }
+    }
+
+    /// The engine's operation, while it is pending.
+    pub(crate) fn token(&self) -> Option<Token> {
+        self.tok
     }
 
     /// Moves the engine's outcome into the request if it is complete.
@@ -105,7 +114,10 @@ impl<'a> Request<'a> {
     /// Blocks until the operation completes.
     pub fn wait(mut self) -> Result<Status> {
         if let Some(tok) = self.tok {
-            let eng = self.eng.clone();
+            let Some(eng) = self.eng.upgrade() else {
+                self.tok = None;
+                return Err(finalized());
+            };
             let mut e = eng.borrow_mut();
             e.wait_until(|e| e.is_done(tok));
             self.collect(&mut e);
@@ -117,7 +129,11 @@ impl<'a> Request<'a> {
     /// (and stays so on later calls).
     pub fn test(&mut self) -> Result<Option<Status>> {
         if self.outcome.is_none() {
-            let eng = self.eng.clone();
+            let Some(eng) = self.eng.upgrade() else {
+                self.tok = None;
+                self.outcome = Some(Err(finalized()));
+                return self.outcome_copy().map(Some);
+            };
             let mut e = eng.borrow_mut();
             e.progress();
             if !self.collect(&mut e) {
@@ -133,12 +149,49 @@ impl<'a> Request<'a> {
     }
 }
 
+/// The outcome of a request waited for after the last communicator was
+/// dropped (its operation was settled then).
+fn finalized() -> Error {
+    Error::InvalidArgument {
+        rank: 0,
+        op: Op::Wait,
+        detail: "every communicator was dropped before this request was waited for \
+                 (ibcoll finalized and settled its operation then)"
+            .into(),
+    }
+}
+
 impl Drop for Request<'_> {
     fn drop(&mut self) {
-        if let Some(tok) = self.tok.take() {
-            if let Ok(mut e) = self.eng.try_borrow_mut() {
+        let Some(tok) = self.tok.take() else { return };
+        // Gone: the operation was settled when the engine finalized.
+        let Some(eng) = self.eng.upgrade() else {
+            return;
+        };
+        let guard = eng.try_borrow_mut();
+        match guard {
+            Some(mut e) if std::thread::panicking() => {
+                // Unwinding: a receive nobody will match must not hold the
+                // panic up; let go of what can be let go of safely.
+                if e.abandon(tok).is_none() {
+                    e.wait_until(|e| e.is_done(tok));
+                    let _ = e.take_result(tok);
+                }
+            }
+            Some(mut e) => {
                 e.wait_until(|e| e.is_done(tok));
                 let _ = e.take_result(tok);
+            }
+            None => {
+                // Only a request dropped from inside a reduction operation
+                // gets here: it cannot be waited for, and skipping the wait
+                // would let the engine write into a buffer that is about
+                // to be reused.
+                eprintln!(
+                    "ibcoll: a pending request was dropped while ibcoll was busy with \
+                     another call (from inside a reduction operation); aborting the process"
+                );
+                std::process::abort();
             }
         }
     }
@@ -170,7 +223,12 @@ pub fn wait_all<'a>(reqs: impl IntoIterator<Item = Request<'a>>) -> Result<Vec<S
 /// it). `None` when no active request is left.
 pub fn wait_any(reqs: &mut [Request<'_>]) -> Option<(usize, Result<Status>)> {
     let first = reqs.iter().position(|r| r.active)?;
-    let eng = reqs[first].eng.clone();
+    let Some(eng) = reqs[first].eng.upgrade() else {
+        let r = &mut reqs[first];
+        r.active = false;
+        r.tok = None;
+        return Some((first, Err(finalized())));
+    };
     let mut e = eng.borrow_mut();
     loop {
         for (i, r) in reqs.iter_mut().enumerate() {

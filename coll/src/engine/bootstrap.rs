@@ -496,6 +496,7 @@ impl Engine {
             any_failed: false,
             wake: None,
             fast: super::FastSeq::new(local_size),
+            poisoned: None,
         })
     }
 }

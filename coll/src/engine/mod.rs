@@ -12,6 +12,7 @@
 //! same loop.
 
 pub(crate) mod bootstrap;
+pub(crate) mod cell;
 pub(crate) mod matching;
 pub(crate) mod ops;
 pub(crate) mod progress;
@@ -679,6 +680,9 @@ pub(crate) struct Engine {
     /// Shared-memory collective fast paths: their sequence and what was
     /// seen of the other local ranks (see `crate::fastpath`).
     pub(crate) fast: FastSeq,
+    /// Why this process can no longer take part (a reduction operation
+    /// panicked): every later call fails with [`Error::Poisoned`].
+    pub(crate) poisoned: Option<String>,
 }
 
 impl Engine {
@@ -733,6 +737,9 @@ impl Engine {
         len: usize,
     ) -> Result<Posted2> {
         if let Some(e) = self.peer_err(peer, ErrOp::Send) {
+            return Err(e);
+        }
+        if let Some(e) = self.poison_err(ErrOp::Send) {
             return Err(e);
         }
         let ch = &mut self.chans[peer];
@@ -838,6 +845,12 @@ impl Engine {
             },
             result: None,
         });
+        if let Some(e) = self.poison_err(ErrOp::Recv) {
+            if let Some(op) = self.st.ops.get_mut(tok) {
+                op.result = Some(Err(e));
+            }
+            return tok;
+        }
         if let Some(u) = self.st.matcher.take_unexpected(ctx, src, tag) {
             match u.body {
                 Body::Eager(data) => {
@@ -1019,6 +1032,29 @@ impl Engine {
                 Some(None)
             }
             _ => None,
+        }
+    }
+
+    /// The error of any call once the engine is poisoned (one load while
+    /// it is not).
+    #[inline]
+    pub fn poison_err(&self, op: ErrOp) -> Option<Error> {
+        self.poisoned.as_ref().map(|why| Error::Poisoned {
+            rank: self.st.rank,
+            op,
+            detail: why.clone(),
+        })
+    }
+
+    /// Marks the engine poisoned by a panic of a reduction operation in
+    /// `op` (the first reason is kept).
+    pub fn poison_by_panic(&mut self, op: ErrOp, p: &(dyn std::any::Any + Send)) {
+        if self.poisoned.is_none() {
+            self.poisoned = Some(format!(
+                "a reduction operation panicked in {op} on rank {}: {}",
+                self.st.rank,
+                crate::ops::panic_message(p)
+            ));
         }
     }
 

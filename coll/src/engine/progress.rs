@@ -258,9 +258,30 @@ impl Engine {
         }
     }
 
+    /// Settles what leaked requests left outstanding (a program that
+    /// waits for its operations leaves nothing): nonblocking collectives
+    /// are given up, receives nobody matched are withdrawn, sends not
+    /// moving yet go on from a private copy, and data already moving is
+    /// waited for (it ends or fails within the engine's bounds). After this
+    /// nothing points into the program's memory.
+    fn settle(&mut self) {
+        crate::schedule::run::settle_all(self);
+        let mut moving = Vec::new();
+        for t in self.st.ops.tokens().collect::<Vec<_>>() {
+            if self.abandon(t).is_none() {
+                moving.push(t);
+            }
+        }
+        for t in moving {
+            self.wait_until(|e| e.is_done(t));
+            let _ = self.take_result(t);
+        }
+    }
+
     /// Says goodbye to every peer, flushes, and leaves the job.
     pub(crate) fn finalize(&mut self) {
         self.progress();
+        self.settle();
         let deadline = Instant::now() + self.cfg.peer_timeout;
         let mut bye_pending: Vec<usize> = Vec::new();
         for p in 0..self.chans.len() {

@@ -487,7 +487,7 @@ impl FastIo<'_> {
                     std::slice::from_raw_parts(src, len),
                 )
             };
-            f(d, s, false);
+            f.apply(d, s, false);
         }
     }
 }

@@ -60,6 +60,11 @@ pub(crate) struct Run {
     /// with `PeerLost`, not only those talking to the dead rank.
     sentinel: Option<Token>,
     sentinel_posted: bool,
+    /// A reduction operation's panic, for whoever waits for the run.
+    panic: Option<Box<dyn std::any::Any + Send>>,
+    /// Memory the run reads that nobody else owns (the input copy of an
+    /// in-place nonblocking alltoall): freed with the run, after it is done.
+    keep: Option<Box<dyn std::any::Any>>,
 }
 
 /// Bit that turns a collective's tag into its (never sent) sentinel tag.
@@ -125,7 +130,43 @@ impl Run {
             done: false,
             sentinel: None,
             sentinel_posted: false,
+            panic: None,
+            keep: None,
         })
+    }
+
+    /// The collective, for messages.
+    pub fn op(&self) -> Op {
+        self.op
+    }
+
+    /// Makes the run own `keep` (memory it reads) until it is dropped.
+    pub fn keep(&mut self, keep: Box<dyn std::any::Any>) {
+        self.keep = Some(keep);
+    }
+
+    /// The panic of the run's reduction operation, if it panicked.
+    pub fn take_panic(&mut self) -> Option<Box<dyn std::any::Any + Send>> {
+        self.panic.take()
+    }
+
+    /// Gives up the run (a scope left by a panic): what can be let go of
+    /// safely is, and [`drive`] then waits only for data already moving.
+    pub fn cancel(&mut self, e: &mut Engine) {
+        if self.done || self.aborting {
+            return;
+        }
+        self.record(Error::InvalidArgument {
+            rank: e.rank(),
+            op: self.op,
+            detail: "the collective was abandoned by a panic".into(),
+        });
+        if !self.sentinel_posted {
+            // Nothing was posted yet.
+            self.done = true;
+            return;
+        }
+        self.abort(e);
     }
 
     pub fn is_done(&self) -> bool {
@@ -236,6 +277,18 @@ impl Run {
 
     /// Advances as far as possible; returns how much happened.
     pub fn step(&mut self, e: &mut Engine) -> usize {
+        let work = self.step_inner(e);
+        if let Some(k) = self.reduce.as_ref().filter(|k| k.is_user()) {
+            if let Some(p) = k.take_panic() {
+                // Poisoned at once, whatever becomes of the request.
+                e.poison_by_panic(self.op, &*p);
+                self.panic.get_or_insert(p);
+            }
+        }
+        work
+    }
+
+    fn step_inner(&mut self, e: &mut Engine) -> usize {
         let mut work = 0;
         if !self.sentinel_posted && !self.done {
             if let Err(x) = self.post_sentinel(e) {
@@ -401,7 +454,7 @@ impl Run {
                         )
                     };
                     if let Some(f) = &self.reduce {
-                        f(d, s, src_left);
+                        f.apply(d, s, src_left);
                     }
                 }
                 _ => {}
@@ -412,9 +465,19 @@ impl Run {
 
 impl Drop for Run {
     fn drop(&mut self) {
-        // A run dropped before it is done may still have transfers reading
-        // or writing its scratch; those buffers are not handed to the next
-        // collective (they are freed as before).
+        if !self.done && !self.pending.is_empty() {
+            // Every owner finishes its run (a blocking call, a request's
+            // wait or drop, a scope's end); only a panic inside ibcoll can
+            // get here, and the run's transfers may still be writing into
+            // its buffers and scratch.
+            eprintln!(
+                "ibcoll: rank {}: a {} was dropped with transfers in flight into its buffers; \
+                 aborting the process",
+                self.group.get(self.me as usize).copied().unwrap_or(0),
+                self.op
+            );
+            std::process::abort();
+        }
         if self.done && self.pending.is_empty() {
             for b in self.scratch.drain(..) {
                 pool_give(b);
@@ -533,7 +596,22 @@ pub(crate) fn progress_hook(e: &mut Engine) -> usize {
     })
 }
 
-/// Runs `run` to completion.
+/// Settles every nonblocking collective still registered (the engine is
+/// finalizing: only leaked requests leave any): each is given up as by a
+/// panic ([`Run::cancel`]) and driven until nothing points into its
+/// buffers.
+pub(crate) fn settle_all(e: &mut Engine) {
+    let runs: Vec<Rc<RefCell<Run>>> = ACTIVE.with(|a| std::mem::take(&mut *a.borrow_mut()));
+    COUNT.with(|c| c.set(0));
+    for r in runs {
+        r.borrow_mut().cancel(e);
+        drive(e, &r);
+    }
+}
+
+/// Runs `run` to completion. A reduction operation's panic stays in the
+/// run ([`Run::take_panic`]): the caller resumes it once it no longer
+/// holds the engine.
 pub(crate) fn run_blocking(e: &mut Engine, run: &mut Run) -> Result<()> {
     loop {
         run.step(e);
@@ -541,5 +619,18 @@ pub(crate) fn run_blocking(e: &mut Engine, run: &mut Run) -> Result<()> {
             return run.take_result();
         }
         e.wait_until(|e| run.round_ready(e));
+    }
+}
+
+/// Drives the nonblocking collective `r` until it is done (its outcome
+/// stays in it).
+pub(crate) fn drive(e: &mut Engine, r: &RefCell<Run>) {
+    loop {
+        r.borrow_mut().step(e);
+        let rr = r.borrow();
+        if rr.is_done() {
+            return;
+        }
+        e.wait_until(|e| rr.round_ready(e));
     }
 }

@@ -185,7 +185,7 @@ pub fn simulate(
                             let target = &mut buf(&mut ranks[i], &mut st[i], dst.buf)
                                 [dst.off..dst.off + dst.len];
                             if let Some(f) = reduce {
-                                f(target, &d, *src_left);
+                                f.apply(target, &d, *src_left);
                             }
                             t += model.gamma * d.len() as f64;
                         }
