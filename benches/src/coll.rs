@@ -284,13 +284,15 @@ fn measure(
     })
 }
 
-/// `ibcoll-bench tune [-m MIN:MAX] [-i ITERS] [--collectives a,b] [--out FILE]`:
+/// `ibcoll-bench tune [-m MIN:MAX] [-i ITERS] [--collectives a,b] [--out FILE] [--plot DIR]`:
 /// measures every algorithm of every (or each listed) collective at every
 /// size, prints for each point the ranking (by rank 0's median) with mean,
 /// std dev and rank 0's min/median/max, and how many algorithms are within
 /// 1%, 5% and 25% of the best; rank 0 writes the winners (the previous
 /// size's winner is kept while within 5%) as an `IBCOLL_TUNING_FILE` table
-/// (rules bounded by this communicator's size) to `--out` (default stdout).
+/// (rules bounded by this communicator's size) to `--out` (default stdout),
+/// and draws each collective once it is measured (see [`plot_dir`]), so that
+/// an interrupted run keeps the pictures of what it finished.
 pub fn tune(c: &Comm, o: &Opts) -> ibcoll::Result<()> {
     let n = c.size();
     let list: Vec<Collective> = match &o.collectives {
