@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
-use plotters::coord::ranged1d::Ranged;
+use plotters::coord::ranged1d::{Ranged, ValueFormatter};
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -153,6 +153,24 @@ fn log_range(vals: impl Iterator<Item = f64>) -> Option<std::ops::Range<f64>> {
 
 type SizeCtx<'a, 'b, Y> = ChartContext<'a, BitMapBackend<'b>, Cartesian2d<LogCoord<f64>, Y>>;
 
+/// Axes and grid of a panel over bytes per rank.
+fn size_mesh<'a, Y>(ch: &mut SizeCtx<'a, 'a, Y>, y_desc: &str) -> Result<(), String>
+where
+    Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
+    ch.configure_mesh()
+        .max_light_lines(3)
+        .x_labels(12)
+        .x_label_formatter(&|v| bytes_label(*v))
+        .y_label_formatter(&|v| short_num(*v))
+        .y_desc(y_desc)
+        .x_desc("bytes per rank (log)")
+        .label_style((FONT, 15))
+        .axis_desc_style((FONT, 16))
+        .draw()
+        .map_err(fail)
+}
+
 /// The table's path, every series and the legend on one panel; `y` gives
 /// the value drawn for a point.
 fn size_lines<'a, Y: Ranged<ValueType = f64>>(
@@ -250,17 +268,7 @@ pub fn sizes(path: &Path, c: &SizeChart) -> Result<(), String> {
             .y_label_area_size(72)
             .build_cartesian_2d(xr.clone().log_scale().base(2.0), yr.log_scale())
             .map_err(fail)?;
-        ch.configure_mesh()
-            .max_light_lines(3)
-            .x_labels(12)
-            .x_label_formatter(&|v| bytes_label(*v))
-            .y_label_formatter(&|v| short_num(*v))
-            .y_desc("latency (us, log)")
-            .x_desc("bytes per rank (log)")
-            .label_style((FONT, 15))
-            .axis_desc_style((FONT, 16))
-            .draw()
-            .map_err(fail)?;
+        size_mesh(&mut ch, "latency (us, log)")?;
         size_lines(&mut ch, c, |p| p.us, true)?;
         let mut ch = ChartBuilder::on(&bottom)
             .caption(
@@ -276,17 +284,7 @@ pub fn sizes(path: &Path, c: &SizeChart) -> Result<(), String> {
             .y_label_area_size(72)
             .build_cartesian_2d(xr.log_scale().base(2.0), RangedCoordf64::from(0f64..bw_max))
             .map_err(fail)?;
-        ch.configure_mesh()
-            .max_light_lines(3)
-            .x_labels(12)
-            .x_label_formatter(&|v| bytes_label(*v))
-            .y_label_formatter(&|v| short_num(*v))
-            .y_desc("MB/s")
-            .x_desc("bytes per rank (log)")
-            .label_style((FONT, 15))
-            .axis_desc_style((FONT, 16))
-            .draw()
-            .map_err(fail)?;
+        size_mesh(&mut ch, "MB/s")?;
         size_lines(&mut ch, c, bw, false)
     })
 }

@@ -85,18 +85,18 @@ fn check_png(path: &Path, w: u32, h: u32) -> (u32, u32) {
     (iw, ih)
 }
 
+/// A tune of a few sizes and iterations: seconds, not minutes.
+fn tune(args: &[&str]) -> String {
+    let mut all = vec!["tune", "-m", "8:256", "-i", "3", "-x", "1"];
+    all.extend_from_slice(args);
+    two_ranks(&all)
+}
+
 #[test]
 fn tune_draws_one_png_per_collective_next_to_its_table() {
     let d = scratch("tune");
     let table = d.join("t.json");
-    let t = two_ranks(&[
-        "tune",
-        "-m",
-        "8:256",
-        "-i",
-        "3",
-        "-x",
-        "1",
+    let t = tune(&[
         "--collectives",
         "allreduce,barrier,alltoall",
         "--out",
@@ -118,25 +118,10 @@ fn tune_draws_one_png_per_collective_next_to_its_table() {
 fn tune_plot_dir_and_no_plot() {
     let d = scratch("dir");
     let dir = d.join("pictures/new");
-    two_ranks(&[
-        "tune",
-        "-m",
-        "8:32",
-        "-i",
-        "2",
-        "--collectives",
-        "bcast",
-        "--plot",
-        dir.to_str().unwrap(),
-    ]);
+    tune(&["--collectives", "bcast", "--plot", dir.to_str().unwrap()]);
     check_png(&dir.join("bcast.png"), 1200, 960);
     let out = d.join("quiet.json");
-    let t = two_ranks(&[
-        "tune",
-        "-m",
-        "8:32",
-        "-i",
-        "2",
+    let t = tune(&[
         "--collectives",
         "bcast",
         "--out",
@@ -144,7 +129,7 @@ fn tune_plot_dir_and_no_plot() {
         "--no-plot",
     ]);
     assert!(!t.contains("# drew"), "{t}");
-    assert!(!d.join("quiet.bcast.png").exists());
+    assert!(out.exists() && !d.join("quiet.bcast.png").exists());
     let _ = std::fs::remove_dir_all(&d);
 }
 
@@ -191,27 +176,18 @@ fn plot_ratios_draws_a_table_and_names_a_bad_line() {
     }
     std::fs::write(&table, &tsv).unwrap();
     let f = d.join("r.png");
-    let o = Command::new(bench())
-        .args([
-            "plot-ratios",
-            table.to_str().unwrap(),
-            "--out",
-            f.to_str().unwrap(),
-        ])
-        .output()
-        .expect("run ibcoll-bench");
+    let plot = || {
+        Command::new(bench())
+            .args(["plot-ratios", table.to_str().unwrap()])
+            .args(["--out", f.to_str().unwrap()])
+            .output()
+            .expect("run ibcoll-bench")
+    };
+    let o = plot();
     assert!(o.status.success(), "{}", text(&o));
     check_png(&f, 1100, 0);
     std::fs::write(&table, "2 ranks\tbcast\tx\n").unwrap();
-    let o = Command::new(bench())
-        .args([
-            "plot-ratios",
-            table.to_str().unwrap(),
-            "--out",
-            f.to_str().unwrap(),
-        ])
-        .output()
-        .expect("run ibcoll-bench");
+    let o = plot();
     let e = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{e}");
     assert!(e.contains("r.tsv: line 1: 3 tab-separated fields"), "{e}");
