@@ -5,7 +5,9 @@
 #
 #   benches/compare-coll.sh [REPS]     (default 3)
 #   env: NPS="2 4 8" ranks (2 pinned one per core; more oversubscribed),
-#        COLLS="barrier bcast ...", SIZES="8 65536 1048576", DOC=file
+#        COLLS="barrier bcast ...", SIZES="8 65536 1048576", DOC=file,
+#        PLOT=file.png (default target/compare-coll/ratios.png): the table's
+#        ibcoll/Open MPI and ibcoll/MPICH ratios as bars (ibcoll-bench plot-ratios)
 #
 # Oversubscribed runs: Open MPI gets --oversubscribe (which also makes it
 # yield), MPICH runs as it is (it busy-polls), ibcoll runs as it is (it
@@ -18,6 +20,7 @@ COLLS=${COLLS:-"barrier bcast reduce allreduce gather gatherv scatter scatterv a
 SIZES=${SIZES:-"8 65536 1048576"}
 DOC=${DOC:-docs/PERFORMANCE.md}
 OUT=target/compare-coll
+PLOT=${PLOT:-$OUT/ratios.png}
 mkdir -p "$OUT" target/mpi
 # Results of other rank counts stay, so runs with different NPS add up.
 for f in "$OUT"/*.txt; do
@@ -86,6 +89,14 @@ for np in sorted({k[0] for k in data}):
         lines.append(f"| {coll} | {size} | {cell(d.get('ibcoll'))} | {cell(d.get('openmpi'))} | {cell(d.get('mpich'))} | {ratio} |")
     lines.append("")
 lines.append("<!-- compare-coll:end -->")
+# The same medians as ratios, one bar a line, for ibcoll-bench plot-ratios.
+with open(os.path.join(out, "ratios.tsv"), "w") as t:
+    t.write("# panel\tlabel\tseries\tratio (ibcoll median / MPI median)\n")
+    for (n, coll, size) in sorted(data):
+        d = data[(n, coll, size)]
+        for impl, name in (("openmpi", "ibcoll / Open MPI"), ("mpich", "ibcoll / MPICH")):
+            r = statistics.median(d["ibcoll"]) / statistics.median(d[impl]) if d.get("ibcoll") and d.get(impl) else None
+            t.write(f"{n} ranks\t{coll} {size} B\t{name}\t{r:.3f}\n" if r else f"{n} ranks\t{coll} {size} B\t{name}\t-\n")
 text = open(doc).read() if os.path.exists(doc) else ""
 block = "\n".join(lines) + "\n"
 if "<!-- compare-coll:begin -->" in text:
@@ -95,3 +106,6 @@ else:
 open(doc, "w").write(text)
 print(block)
 PYEOF
+target/release/ibcoll-bench plot-ratios "$OUT/ratios.tsv" --out "$PLOT" \
+  --title "ibcoll / MPI, median call latency ($NCPU CPUs; below 1: ibcoll faster)"
+echo "compare-coll: drew $PLOT"

@@ -1,5 +1,5 @@
 //! Collective benchmarks: `ibcoll-bench <collective> [--algorithm NAME]
-//! [-m MIN:MAX] [-i ITERS] [-x WARMUP]`.
+//! [-m MIN:MAX] [-i ITERS] [-x WARMUP] [--plot FILE]`, and the tuner.
 //!
 //! OSU format (`osu_allreduce -f`): per message size the average latency
 //! over ranks, the minimum and maximum of the ranks' averages, plus the
@@ -8,11 +8,41 @@
 //! for bcast/reduce/allreduce/scan/exscan (as f32 for the reducing ones),
 //! one rank's block for gather/scatter/allgather/alltoall/reduce_scatter.
 
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use ibcoll::{Collective, Comm, ReduceOp};
 
+use crate::plot::{self, SizeChart};
+use crate::progress::Progress;
 use crate::{iters_for, sizes, Opts};
+
+/// An error of the benchmark itself (a name, a file), in ibcoll's type so
+/// that every benchmark ends the same way.
+fn bench_error(c: &Comm, detail: String) -> ibcoll::Error {
+    ibcoll::Error::InvalidArgument {
+        rank: c.rank(),
+        op: ibcoll::Op::Init,
+        detail,
+    }
+}
+
+/// Draws `chart` to `path`; a failure is the benchmark's error.
+fn draw(c: &Comm, path: &Path, chart: &SizeChart) -> ibcoll::Result<()> {
+    plot::sizes(path, chart)
+        .map_err(|e| bench_error(c, format!("cannot draw {}: {e}", path.display())))?;
+    println!("# drew {}", path.display());
+    Ok(())
+}
+
+/// `shm to rank 1`, for chart titles.
+fn where_to(c: &Comm) -> String {
+    format!(
+        "{} ranks, {} to rank 1",
+        c.size(),
+        c.transport_to(1).unwrap_or("?")
+    )
+}
 
 /// The buffers of one benchmark, and the uniform v-layout of the current
 /// size (made before timing, as OSU's v-benchmarks do, so that the timed
@@ -113,6 +143,7 @@ pub fn run(c: &Comm, o: &Opts, coll: Collective) -> ibcoll::Result<()> {
     } else {
         sizes(o)
     };
+    let mut drawn = Vec::new();
     for size in list {
         if coll.reduces() && size % 4 != 0 {
             continue;
@@ -147,9 +178,30 @@ pub fn run(c: &Comm, o: &Opts, coll: Collective) -> ibcoll::Result<()> {
                 mn[0], mx[0]
             );
         }
+        drawn.push(plot::Point {
+            bytes: size,
+            us: avg,
+            spread: Some((mn[0], mx[0])),
+        });
     }
     if o.algorithm.is_some() {
         ibcoll::select::force_algorithm(coll, None)?;
+    }
+    if let (Some(path), 0) = (&o.plot, c.rank()) {
+        let name = o.algorithm.as_deref().unwrap_or("as selected by the table");
+        let chart = SizeChart {
+            title: format!(
+                "{}, {}: average over ranks (bars: fastest to slowest rank)",
+                coll.name(),
+                where_to(c)
+            ),
+            series: vec![plot::Series {
+                name: name.to_string(),
+                points: drawn,
+            }],
+            picked: Vec::new(),
+        };
+        draw(c, path, &chart)?;
     }
     Ok(())
 }
@@ -232,13 +284,15 @@ fn measure(
     })
 }
 
-/// `ibcoll-bench tune [-m MIN:MAX] [-i ITERS] [--collectives a,b] [--out FILE]`:
+/// `ibcoll-bench tune [-m MIN:MAX] [-i ITERS] [--collectives a,b] [--out FILE] [--plot DIR]`:
 /// measures every algorithm of every (or each listed) collective at every
 /// size, prints for each point the ranking (by rank 0's median) with mean,
 /// std dev and rank 0's min/median/max, and how many algorithms are within
 /// 1%, 5% and 25% of the best; rank 0 writes the winners (the previous
 /// size's winner is kept while within 5%) as an `IBCOLL_TUNING_FILE` table
-/// (rules bounded by this communicator's size) to `--out` (default stdout).
+/// (rules bounded by this communicator's size) to `--out` (default stdout),
+/// and draws each collective once it is measured (see [`plot_dir`]), so that
+/// an interrupted run keeps the pictures of what it finished.
 pub fn tune(c: &Comm, o: &Opts) -> ibcoll::Result<()> {
     let n = c.size();
     let list: Vec<Collective> = match &o.collectives {
@@ -254,22 +308,47 @@ pub fn tune(c: &Comm, o: &Opts) -> ibcoll::Result<()> {
             })
             .collect::<ibcoll::Result<_>>()?,
     };
-    let mut bufs = Bufs::new(n, o.max);
-    let mut rules = Vec::new();
-    for coll in list {
-        let algs = ibcoll::algorithms::algorithms(coll);
-        let sizes_here: Vec<usize> = if coll == Collective::Barrier {
+    let plots = plot_dir(o);
+    if let (Some(dir), 0) = (&plots, c.rank()) {
+        // Before minutes of measuring, not after.
+        std::fs::create_dir_all(dir)
+            .map_err(|e| bench_error(c, format!("cannot make {}: {e}", dir.display())))?;
+    }
+    let sizes_of = |coll: Collective| -> Vec<usize> {
+        if coll == Collective::Barrier {
             vec![0]
         } else {
             sizes(o)
                 .into_iter()
                 .filter(|s| !coll.reduces() || s % 4 == 0)
                 .collect()
-        };
+        }
+    };
+    let points: usize = list
+        .iter()
+        .map(|&k| sizes_of(k).len() * ibcoll::algorithms::algorithms(k).len())
+        .sum();
+    let mut progress = Progress::new(c.rank(), points);
+    let mut bufs = Bufs::new(n, o.max);
+    let mut rules = Vec::new();
+    for (ci, &coll) in list.iter().enumerate() {
+        let algs = ibcoll::algorithms::algorithms(coll);
+        let sizes_here = sizes_of(coll);
         let mut winners: Vec<(usize, &'static str)> = Vec::new();
-        for &size in &sizes_here {
+        let mut measured: Vec<Vec<Point>> = Vec::new();
+        for (si, &size) in sizes_here.iter().enumerate() {
             let mut pts = Vec::new();
             for a in algs {
+                progress.step(&format!(
+                    "{} ({}/{}), {} ({}/{}), {}",
+                    coll.name(),
+                    ci + 1,
+                    list.len(),
+                    plot::bytes_label(size as f64),
+                    si + 1,
+                    sizes_here.len(),
+                    a.name
+                ));
                 pts.push(measure(c, o, coll, a.name, size, &mut bufs)?);
             }
             // Ranked by rank 0's median (robust against the scheduling
@@ -308,6 +387,11 @@ pub fn tune(c: &Comm, o: &Opts) -> ibcoll::Result<()> {
                 _ => pts[0].alg,
             };
             winners.push((size, pick));
+            measured.push(pts);
+        }
+        if let (Some(dir), 0) = (&plots, c.rank()) {
+            let chart = tune_chart(c, coll, algs, &sizes_here, &measured, &winners);
+            draw(c, &plot_file(o, dir, coll), &chart)?;
         }
         // One rule per run of sizes with the same winner.
         for (i, &(size, alg)) in winners.iter().enumerate() {
@@ -318,6 +402,7 @@ pub fn tune(c: &Comm, o: &Opts) -> ibcoll::Result<()> {
             }
         }
     }
+    progress.finish();
     if c.rank() == 0 {
         let body: Vec<String> = rules
             .iter()
@@ -332,11 +417,74 @@ pub fn tune(c: &Comm, o: &Opts) -> ibcoll::Result<()> {
         let json = format!("{{\"rules\": [\n{}\n]}}\n", body.join(",\n"));
         match &o.out {
             Some(path) => match std::fs::write(path, &json) {
-                Ok(()) => println!("# wrote {path}"),
-                Err(e) => eprintln!("ibcoll-bench tune: cannot write {path}: {e}"),
+                Ok(()) => println!("# wrote {}", path.display()),
+                Err(e) => eprintln!("ibcoll-bench tune: cannot write {}: {e}", path.display()),
             },
             None => print!("{json}"),
         }
     }
     Ok(())
+}
+
+/// Where the tuner draws: `--plot DIR`, else next to `--out`, else nowhere.
+fn plot_dir(o: &Opts) -> Option<PathBuf> {
+    if o.no_plot {
+        return None;
+    }
+    if let Some(d) = &o.plot {
+        return Some(d.clone());
+    }
+    let out = o.out.as_ref()?;
+    Some(match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    })
+}
+
+/// `DIR/COLL.png` under `--plot`, `DIR/<out's stem>.COLL.png` next to
+/// `--out` (so that two tables in one folder keep their own pictures).
+fn plot_file(o: &Opts, dir: &Path, coll: Collective) -> PathBuf {
+    match (&o.plot, o.out.as_ref().and_then(|f| f.file_stem())) {
+        (None, Some(stem)) => dir.join(format!("{}.{}.png", stem.to_string_lossy(), coll.name())),
+        _ => dir.join(format!("{}.png", coll.name())),
+    }
+}
+
+/// The tuner's chart of one collective: rank 0's median per algorithm
+/// and size (what the ranking uses), the winners as picked.
+fn tune_chart(
+    c: &Comm,
+    coll: Collective,
+    algs: &[ibcoll::algorithms::Algorithm],
+    sizes: &[usize],
+    measured: &[Vec<Point>],
+    winners: &[(usize, &'static str)],
+) -> SizeChart {
+    let series = algs
+        .iter()
+        .map(|a| plot::Series {
+            name: a.name.to_string(),
+            points: sizes
+                .iter()
+                .zip(measured)
+                .filter_map(|(&bytes, pts)| {
+                    let p = pts.iter().find(|p| p.alg == a.name)?;
+                    Some(plot::Point {
+                        bytes,
+                        us: p.med,
+                        spread: None,
+                    })
+                })
+                .collect(),
+        })
+        .collect();
+    let picked = winners
+        .iter()
+        .filter_map(|&(b, w)| Some((b, algs.iter().position(|a| a.name == w)?)))
+        .collect();
+    SizeChart {
+        title: format!("{}, {}: median of rank 0's calls", coll.name(), where_to(c)),
+        series,
+        picked,
+    }
 }

@@ -7,34 +7,25 @@
 //! bandwidth in MB/s with 1 MB = 10^6 bytes), so tables from ibcoll, Open MPI
 //! and MPICH (benches/mpi/osu_p2p.c) can be compared line by line.
 //! Benchmarks are entries of [`BENCHES`]; the collectives (`coll.rs`) run as
-//! `ibcoll-bench <collective> [--algorithm NAME] [-m MIN:MAX]`.
+//! `ibcoll-bench <collective> [--algorithm NAME] [-m MIN:MAX] [--plot FILE]`.
+//! `ibcoll-bench --help` lists every option (`cli.rs`).
 
 use std::process::exit;
 use std::time::Instant;
 
 use ibcoll::Comm;
 
+use cli::{Cli, Opts};
+
+mod cli;
 mod coll;
+mod plot;
+mod progress;
+mod ratios;
 
 /// Lets the rdma channel keep buffer registrations across messages.
 #[global_allocator]
 static ALLOC: ibcoll::TrackingAlloc = ibcoll::TrackingAlloc::new(std::alloc::System);
-
-/// Options shared by every benchmark.
-#[derive(Debug, Clone)]
-struct Opts {
-    min: usize,
-    max: usize,
-    iters: Option<usize>,
-    warmup: Option<usize>,
-    window: usize,
-    /// Collectives: force this algorithm (`--algorithm NAME`).
-    algorithm: Option<String>,
-    /// Tuner: collectives to measure (`--collectives a,b`).
-    collectives: Option<String>,
-    /// Tuner: where to write the table (`--out FILE`).
-    out: Option<String>,
-}
 
 type BenchFn = fn(&Comm, &Opts) -> ibcoll::Result<()>;
 
@@ -77,68 +68,6 @@ const BENCHES: &[(&str, &str, BenchFn)] = &[
     ("exscan", "Exscan Latency Test", coll::exscan),
     ("tune", "Collective Tuner", coll::tune),
 ];
-
-const USAGE: &str = "usage: ibcoll-bench <latency|bw|bibw|COLLECTIVE> [--algorithm NAME] [-m MIN:MAX] [-i ITERS] [-x WARMUP] [-W WINDOW]
-  COLLECTIVE: barrier bcast reduce allreduce gather gatherv scatter scatterv allgather allgatherv
-              alltoall alltoallv reduce_scatter reduce_scatter_block scan exscan
-  tune [-m MIN:MAX] [-i ITERS] [--collectives a,b] [--out FILE]: measure every algorithm, write a tuning table";
-
-fn parse_size(s: &str) -> Option<usize> {
-    let s = s.trim();
-    let (d, m) = match s.chars().last()? {
-        'k' | 'K' => (&s[..s.len() - 1], 1 << 10),
-        'm' | 'M' => (&s[..s.len() - 1], 1 << 20),
-        'g' | 'G' => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    d.parse::<usize>().ok()?.checked_mul(m)
-}
-
-fn parse_opts(args: &[String]) -> Result<Opts, String> {
-    let mut o = Opts {
-        min: 0,
-        max: 4 << 20,
-        iters: None,
-        warmup: None,
-        window: 64,
-        algorithm: None,
-        collectives: None,
-        out: None,
-    };
-    let mut i = 0;
-    while i < args.len() {
-        let flag = args[i].as_str();
-        let val = args
-            .get(i + 1)
-            .ok_or_else(|| format!("{flag} needs a value"))?;
-        match flag {
-            "-m" => {
-                let (a, b) = match val.split_once(':') {
-                    Some((a, b)) => (a, b),
-                    None => ("0", val.as_str()),
-                };
-                o.min = if a.is_empty() {
-                    0
-                } else {
-                    parse_size(a).ok_or("bad -m")?
-                };
-                o.max = parse_size(b).ok_or("bad -m")?;
-            }
-            "-i" => o.iters = Some(val.parse().map_err(|_| "bad -i")?),
-            "-x" => o.warmup = Some(val.parse().map_err(|_| "bad -x")?),
-            "--algorithm" | "-a" => o.algorithm = Some(val.clone()),
-            "--collectives" => o.collectives = Some(val.clone()),
-            "--out" | "-o" => o.out = Some(val.clone()),
-            "-W" => o.window = val.parse::<usize>().map_err(|_| "bad -W")?.max(1),
-            _ => return Err(format!("unknown option {flag}")),
-        }
-        i += 2;
-    }
-    if o.min > o.max {
-        return Err("-m MIN:MAX needs MIN <= MAX".into());
-    }
-    Ok(o)
-}
 
 /// 0, then powers of two from max(1, min) up to max.
 fn sizes(o: &Opts) -> Vec<usize> {
@@ -260,21 +189,31 @@ fn bibw(c: &Comm, o: &Opts) -> ibcoll::Result<()> {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let Some(name) = args.first() else {
-        eprintln!("{USAGE}");
-        exit(2);
-    };
-    let Some(&(_, title, f)) = BENCHES.iter().find(|(n, _, _)| n == name) else {
-        eprintln!("unknown benchmark {name:?}\n{USAGE}");
-        exit(2);
-    };
-    let opts = match parse_opts(&args[1..]) {
-        Ok(o) => o,
+    let (name, opts) = match cli::parse(std::env::args_os().skip(1)) {
+        Ok(Cli::Help) => {
+            print!("{}", cli::help());
+            return;
+        }
+        Ok(Cli::Version) => {
+            println!("ibcoll-bench {}", ibcoll::VERSION);
+            return;
+        }
+        Ok(Cli::PlotRatios { table, out, title }) => {
+            if let Err(e) = ratios::draw(&table, &out, title.as_deref()) {
+                eprintln!("ibcoll-bench plot-ratios: {e}");
+                exit(1);
+            }
+            return;
+        }
+        Ok(Cli::Bench { name, opts, .. }) => (name, opts),
         Err(e) => {
-            eprintln!("{e}\n{USAGE}");
+            eprintln!("ibcoll-bench: {e} (see ibcoll-bench --help)");
             exit(2);
         }
+    };
+    let Some(&(_, title, f)) = BENCHES.iter().find(|(n, _, _)| *n == name) else {
+        eprintln!("ibcoll-bench: unknown benchmark {name:?} (see ibcoll-bench --help)");
+        exit(2);
     };
     let c = match ibcoll::init() {
         Ok(c) => c,
@@ -307,18 +246,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn options_and_sizes() {
-        let a: Vec<String> = ["-m", "4:64", "-i", "5"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        let o = parse_opts(&a).unwrap();
-        assert_eq!(sizes(&o), vec![4, 8, 16, 32, 64]);
-        assert_eq!(o.iters, Some(5));
-        let o = parse_opts(&["-m".into(), "1k".into()]).unwrap();
-        assert_eq!(sizes(&o).last(), Some(&1024));
-        assert_eq!(sizes(&o)[0], 0);
-        assert!(parse_opts(&["-m".into()]).is_err());
-        assert!(parse_opts(&["-q".into(), "1".into()]).is_err());
+    fn sizes_and_names() {
+        let Ok(Cli::Bench { opts, .. }) = cli::parse(["latency", "-m", "4:64"]) else {
+            panic!()
+        };
+        assert_eq!(sizes(&opts), vec![4, 8, 16, 32, 64]);
+        let Ok(Cli::Bench { opts, .. }) = cli::parse(["latency", "-m", "1k"]) else {
+            panic!()
+        };
+        assert_eq!(sizes(&opts).last(), Some(&1024));
+        assert_eq!(sizes(&opts)[0], 0);
+        // Every name the parser takes has a benchmark, and the other way.
+        for (n, _, _) in BENCHES {
+            assert!(matches!(cli::parse([*n]), Ok(Cli::Bench { .. })), "{n}");
+        }
+        for c in ibcoll::Collective::ALL {
+            assert!(
+                BENCHES.iter().any(|(n, _, _)| *n == c.name()),
+                "{}",
+                c.name()
+            );
+        }
     }
 }

@@ -215,6 +215,33 @@ fn ibcoll_info_lists_every_variable() {
     assert!(t.contains("CMA") && t.contains(ibcoll::VERSION), "{t}");
 }
 
+#[test]
+fn ibcoll_info_help_version_and_bad_option() {
+    let exe = env!("CARGO_BIN_EXE_ibcoll-info");
+    let o = Command::new(exe)
+        .arg("--help")
+        .output()
+        .expect("run ibcoll-info");
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{t}");
+    for opt in ["-h, --help", "-V, --version", "usage: ibcoll-info"] {
+        assert!(t.contains(opt), "{opt} missing:\n{t}");
+    }
+    let o = Command::new(exe)
+        .arg("-V")
+        .output()
+        .expect("run ibcoll-info");
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains(ibcoll::VERSION));
+    let o = Command::new(exe)
+        .arg("--bogus")
+        .output()
+        .expect("run ibcoll-info");
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(e.contains("\"--bogus\""), "{e}");
+}
+
 /// The README's example, which also catches a collective started after a
 /// peer finalized (its data arrived before the peer's goodbye).
 #[test]

@@ -25,18 +25,19 @@
 //! ] }
 //! ```
 //! A rule matches when the communicator size, ranks per node and bytes per
-//! rank are each at most its `max_*` (a missing bound is unbounded) and the
-//! communicator spans at least `min_nodes` nodes (default 1; estimated as
-//! `ceil(size / ranks per node)`); the first matching rule wins. `segment_bytes` (pipelined algorithms) and
-//! `window` (linear alltoall) default to 65536 and 8.
+//! rank are each at most its `max_*` (a missing or `null` bound is
+//! unbounded) and the communicator spans at least `min_nodes` nodes (default
+//! 1; estimated as `ceil(size / ranks per node)`); the first matching rule
+//! wins. `segment_bytes` (pipelined algorithms) and `window` (linear
+//! alltoall) default to 65536 and 8. Numbers are non-negative integers;
+//! unknown fields (at either level), collectives and algorithms are errors.
 
-pub mod json;
+mod json;
 
 use std::cell::RefCell;
 
 use crate::algorithms::{algorithms, find, Collective, SHM};
 use crate::error::{Error, Result};
-use json::Value;
 
 /// What selection picked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -330,76 +331,10 @@ impl Table {
             })
     }
 
-    /// Reads a table in the format of the module doc.
+    /// Reads a table in the format of the module doc; the error names
+    /// the line and column, or the rule, and what is wrong there.
     pub fn from_json(text: &str) -> std::result::Result<Table, String> {
-        let v = json::parse(text)?;
-        let Value::Obj(top) = v else {
-            return Err("the top level must be an object with \"rules\"".into());
-        };
-        let Some(Value::Arr(rules)) = top.get("rules") else {
-            return Err("missing \"rules\" array".into());
-        };
-        let mut out = Vec::new();
-        for (i, r) in rules.iter().enumerate() {
-            let Value::Obj(m) = r else {
-                return Err(format!("rule {i} is not an object"));
-            };
-            for k in m.keys() {
-                if ![
-                    "collective",
-                    "algorithm",
-                    "max_comm_size",
-                    "max_ranks_per_node",
-                    "max_bytes",
-                    "min_nodes",
-                    "segment_bytes",
-                    "window",
-                ]
-                .contains(&k.as_str())
-                {
-                    return Err(format!("rule {i}: unknown field {k:?}"));
-                }
-            }
-            let s = |k: &str| match m.get(k) {
-                Some(Value::Str(s)) => Ok(s.clone()),
-                _ => Err(format!("rule {i}: {k:?} must be a string")),
-            };
-            let num = |k: &str, dflt: usize| match m.get(k) {
-                None | Some(Value::Null) => Ok(dflt),
-                Some(Value::Num(x)) if *x >= 0.0 && x.fract() == 0.0 => Ok(if *x >= 1.8e19 {
-                    usize::MAX
-                } else {
-                    *x as usize
-                }),
-                _ => Err(format!("rule {i}: {k:?} must be a non-negative integer")),
-            };
-            let cname = s("collective")?;
-            let c = Collective::from_name(&cname).ok_or_else(|| {
-                format!(
-                    "rule {i}: unknown collective {cname:?} (valid: {})",
-                    Collective::ALL.map(|c| c.name()).join(", ")
-                )
-            })?;
-            let aname = s("algorithm")?;
-            let a = find(c, &aname).ok_or_else(|| {
-                format!(
-                    "rule {i}: unknown {} algorithm {aname:?} (valid: {})",
-                    c.name(),
-                    names(c)
-                )
-            })?;
-            out.push(Rule {
-                collective: c,
-                max_comm_size: num("max_comm_size", ANY)?,
-                max_ranks_per_node: num("max_ranks_per_node", ANY)?,
-                max_bytes: num("max_bytes", ANY)?,
-                min_nodes: num("min_nodes", 1)?,
-                algorithm: a.name,
-                segment_bytes: num("segment_bytes", SEG)?.max(1),
-                window: num("window", WINDOW)?.max(1),
-            });
-        }
-        Ok(Table { rules: out })
+        json::table(text)
     }
 }
 

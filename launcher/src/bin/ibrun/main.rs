@@ -7,6 +7,7 @@ mod plan;
 mod proxy;
 mod spawn;
 
+use std::io::IsTerminal;
 use std::net::{IpAddr, SocketAddr, TcpListener, ToSocketAddrs, UdpSocket};
 
 use ibcoll_launcher::mapping::format_process_mapping;
@@ -127,6 +128,7 @@ fn run(opts: cli::Options) -> Result<i32, String> {
         local_over_tcp,
         bind: opts.bind,
         forward_stdin: true,
+        stderr_tty: std::io::stderr().is_terminal(),
     };
     let cpus = spawn::allowed_cpus();
     let mut local_index = 0usize;

@@ -24,6 +24,9 @@ pub struct JobEnv {
     pub bind: bool,
     /// Forward ibrun's standard input to a local rank 0.
     pub forward_stdin: bool,
+    /// ibrun's standard error is a terminal. The ranks' is a pipe to ibrun,
+    /// so without being told they could never show a progress line.
+    pub stderr_tty: bool,
 }
 
 /// A started rank: the child process and ibrun's end of its PMI socket.
@@ -42,6 +45,9 @@ fn rank_vars(slot: &RankSlot, job: &JobEnv) -> Vec<(String, String)> {
         ("IBCOLL_LOCAL_SIZE".into(), slot.local_size.to_string()),
         ("IBCOLL_NUM_NODES".into(), job.num_nodes.to_string()),
     ];
+    if job.stderr_tty {
+        v.push(("IBCOLL_STDERR_TTY".into(), "1".into()));
+    }
     v.extend(job.exports.iter().cloned());
     v
 }
