@@ -4,7 +4,8 @@
 # per benchmark and size, and the ratio after/before of the medians.
 #
 #   benches/ab.sh REV [REPS]          (default 5)
-#   env: BENCHES="latency allreduce bcast barrier ..." (default: latency and
+#   env: AFTER=REV2 compares REV with REV2 instead of this tree;
+#        BENCHES="latency allreduce bcast barrier ..." (default: latency and
 #        bw, and every collective), SIZES="8 65536 1048576", NP=2, LAUNCH=
 #        extra ibrun options (e.g. "--nodes 2" for tcp between two virtual
 #        nodes)
@@ -25,14 +26,26 @@ OLD=target/ab/$SHA
 mkdir -p "$OUT" target/ab
 rm -f "$OUT"/*.txt
 
-if [ ! -x "$OLD/target/release/ibcoll-bench" ]; then
-  [ -d "$OLD" ] || git worktree add --detach -q "$OLD" "$SHA"
-  (cd "$OLD" && cargo build --release -q -p ibcoll-benches -p ibcoll-launcher)
+build_rev() { # sha dir
+  if [ ! -x "$2/target/release/ibcoll-bench" ]; then
+    [ -d "$2" ] || git worktree add --detach -q "$2" "$1"
+    (cd "$2" && cargo build --release -q -p ibcoll-benches -p ibcoll-launcher)
+  fi
+}
+build_rev "$SHA" "$OLD"
+NEW=.
+NEW_NAME="$(git rev-parse --short HEAD) (working tree)"
+if [ -n "${AFTER:-}" ]; then
+  ASHA=$(git rev-parse --short "$AFTER")
+  NEW=target/ab/$ASHA
+  NEW_NAME=$ASHA
+  build_rev "$ASHA" "$NEW"
+else
+  cargo build --release -q -p ibcoll-benches -p ibcoll-launcher
 fi
-cargo build --release -q -p ibcoll-benches -p ibcoll-launcher
 
 one() { # which bench size rep
-  local dir=. f="$OUT/$1.$2.$3.$4.txt" bind=()
+  local dir=$NEW f="$OUT/$1.$2.$3.$4.txt" bind=()
   [ "$1" = before ] && dir=$OLD
   [ "$NP" -le "$(nproc)" ] && bind=(--bind-to core)
   timeout 300 "$dir/target/release/ibrun" -n "$NP" "${bind[@]}" "${LAUNCH[@]}" \
@@ -50,7 +63,7 @@ for b in $BENCHES; do
   done
 done
 
-python3 - "$OUT" "$SHA" "$(git rev-parse --short HEAD)" "$REPS" <<'PYEOF'
+python3 - "$OUT" "$SHA" "$NEW_NAME" "$REPS" <<'PYEOF'
 import glob, os, statistics, sys
 out, old, new, reps = sys.argv[1:5]
 data = {}
@@ -61,7 +74,7 @@ for f in glob.glob(os.path.join(out, "*.txt")):
         if len(p) >= 2 and not line.startswith("#") and p[0].isdigit():
             data.setdefault((bench, int(size)), {}).setdefault(which, []).append(float(p[1]))
             break
-print(f"# before = {old}, after = {new} (working tree), {reps} interleaved repetitions")
+print(f"# before = {old}, after = {new}, {reps} interleaved repetitions")
 print("# bw in MB/s (higher is better), everything else in us; ratio = after/before of the medians")
 print(f"{'benchmark':<22}{'size':>9}  {'before':>22}  {'after':>22}  ratio")
 fmt = lambda v: f"{statistics.median(v):.3f} ({min(v):.3f}-{max(v):.3f})" if v else "-"

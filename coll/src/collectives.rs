@@ -409,8 +409,16 @@ impl Comm {
     #[inline(never)]
     fn coll_info_first(&self) -> Result<&CollInfo> {
         let n = self.size();
+        // The process manager's map gives every rank's node without a
+        // message (an allgather of node ids is n - 1 steps at scale).
+        let known: Option<Vec<usize>> = {
+            let e = self.eng.borrow();
+            self.group.iter().map(|&w| e.node_of(w)).collect()
+        };
         let nodes: Rc<[usize]> = if n == 1 {
             vec![self.node_id()].into()
+        } else if let Some(k) = known {
+            k.into()
         } else {
             let mine = [self.node_id() as u64];
             let mut all = vec![0u64; n];

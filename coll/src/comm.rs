@@ -104,16 +104,17 @@ impl Comm {
         self.eng.borrow().local_size
     }
 
-    /// Channel used to reach communicator rank `r`: "self", "shm" or "tcp".
+    /// Channel used to reach communicator rank `r`: "self", "shm", "tcp"
+    /// or "rdma" (made now if this rank had none to it yet).
     pub fn transport_to(&self, r: usize) -> Option<&'static str> {
         let w = self.world_rank(r)?;
-        Some(self.eng.borrow().chans[w].name())
+        Some(self.eng.borrow_mut().chan_mut(w).name())
     }
 
     /// Largest message sent eagerly to communicator rank `r`.
     pub fn eager_limit_to(&self, r: usize) -> Option<usize> {
         let w = self.world_rank(r)?;
-        Some(self.eng.borrow().chans[w].eager_limit())
+        Some(self.eng.borrow_mut().chan_mut(w).eager_limit())
     }
 
     /// Ends the whole job with `code` (through the process manager).

@@ -39,7 +39,9 @@ pub const REGISTRY: &[Entry] = &[
     e("IBCOLL_BLOCK_MS", "100", "longest single block on the doorbell or in poll(2) before re-checking peers (ms)"),
     e("IBCOLL_MIXED_WAIT_US", "200", "with both shm and tcp peers: longest doorbell block before polling the sockets again (us)"),
     e("IBCOLL_PEER_TIMEOUT_MS", "10000", "bound on noticing a lost peer: tcp keepalive/user timeout (ms); local peers are checked every IBCOLL_BLOCK_MS"),
-    e("IBCOLL_TCP_HOST", "auto", "host name or address peers use to reach this rank's tcp listener (auto: the hostname; peers on the same host use 127.0.0.1)"),
+    e("IBCOLL_TCP_HOST", "auto", "one address (or a name, resolved here) peers use to reach this rank's tcp listener; auto: chosen by IBCOLL_TCP_IF or the interface rules (docs/ARCHITECTURE.md); peers on the same host and network namespace use 127.0.0.1"),
+    e("IBCOLL_TCP_IF", "auto", "interfaces whose addresses this rank publishes for tcp: a comma list of names (eth0) and CIDR blocks (10.251.0.0/24), ^ excludes one (^docker0); auto: the interface that reaches the launcher (ibrun's PMI address, Slurm's launch node), else the first up non-loopback one"),
+    e("IBCOLL_STATS", "0", "1: at finalize every rank prints one line (stderr): connections by transport and how they were made, PMI puts/gets/fences and bytes fetched, registered memory, shm segment bytes, peak RSS"),
     e("IBCOLL_TCP_BUF_BYTES", "4194304", "SO_SNDBUF/SO_RCVBUF for tcp channels (0 leaves the kernel default)"),
     e("IBCOLL_IB_DEVICE", "auto", "verbs device (rxe0, mlx5_0); a comma list (rxe0,rxe1) means node i uses entry i mod n; auto: first device with an active port and a usable address"),
     e("IBCOLL_IB_PORT", "auto", "verbs port (1-based); auto: the first active one"),
@@ -152,7 +154,10 @@ pub struct Config {
     pub mixed_wait: Duration,
     pub peer_timeout: Duration,
     pub tcp_host: Option<String>,
+    pub tcp_if: Option<String>,
     pub tcp_buf_bytes: usize,
+    /// Print the `IBCOLL_STATS` line at finalize.
+    pub stats: bool,
     pub rdma: RdmaConfig,
 }
 
@@ -280,6 +285,17 @@ impl Config {
             "" | "auto" => None,
             h => Some(h.to_string()),
         };
+        let ifs = raw("IBCOLL_TCP_IF");
+        let tcp_if = match ifs.trim() {
+            "" | "auto" => None,
+            l => Some(l.to_string()),
+        };
+        let st = raw("IBCOLL_STATS");
+        let stats = match st.trim() {
+            "" | "0" | "off" | "no" => false,
+            "1" | "on" | "yes" => true,
+            _ => return Err(bad("IBCOLL_STATS", &st, "expected 0 or 1")),
+        };
         Ok(Config {
             transport,
             eager_limit,
@@ -306,7 +322,9 @@ impl Config {
             mixed_wait: Duration::from_micros(mixed),
             peer_timeout,
             tcp_host,
+            tcp_if,
             tcp_buf_bytes: to_usize("IBCOLL_TCP_BUF_BYTES", 1 << 30)?,
+            stats,
             rdma: RdmaConfig::from_env()?,
         })
     }

@@ -78,6 +78,16 @@ pub fn rdma_status() -> (bool, String) {
     transport::rdma::status()
 }
 
+/// What `ibcoll-info` reports about tcp here: the addresses this process
+/// would publish for its listener (comma-separated) and how they were
+/// chosen (`IBCOLL_TCP_HOST`, `IBCOLL_TCP_IF`, or the interface rules).
+pub fn tcp_address_status() -> std::result::Result<(String, String), String> {
+    let cfg = config::Config::from_env().map_err(|e| e.to_string())?;
+    let c = engine::bootstrap::tcp_address_choice(&cfg)?;
+    let addrs: Vec<String> = c.addrs.iter().map(|a| a.to_string()).collect();
+    Ok((addrs.join(","), c.why))
+}
+
 /// What `ibcoll-info` reports about single-copy transfers here.
 pub fn cma_status() -> (bool, String) {
     match config::Config::from_env() {

@@ -3,7 +3,7 @@
 //! ```text
 //! 0                 header (one page)
 //! doorbells_off     one Doorbell per local rank, 128 B apart
-//! pids_off          one i32 pid slot per local rank
+//! pids_off          one 16-byte slot per local rank: pid, world rank, flags
 //! rings_off         one ring per ordered pair (i -> j, i != j)
 //! pipes_off         optionally one pipe per ordered pair
 //! claims_off        CLAIM_SLOTS claim slots per ordered pair (split copies)
@@ -24,6 +24,10 @@ pub const CACHE_LINE: usize = 64;
 
 /// Page size the layout aligns areas to.
 pub const PAGE: usize = 4096;
+
+/// Bytes of one local rank's slot: pid, world rank, flags (see
+/// [`crate::NodeSegment::publish_rank`]).
+pub const RANK_SLOT: usize = 16;
 
 /// Separation of independently written words: the adjacent-line
 /// prefetcher pulls 128-byte pairs of lines.
@@ -95,8 +99,7 @@ impl NodeLayout {
         end = area_end(doorbells_off, n, std::mem::size_of::<Doorbell>())
             .ok_or_else(|| invalid("overflow"))?;
         let pids_off = end;
-        end =
-            area_end(pids_off, n, std::mem::size_of::<i32>()).ok_or_else(|| invalid("overflow"))?;
+        end = area_end(pids_off, n, RANK_SLOT).ok_or_else(|| invalid("overflow"))?;
 
         let ring_stride = align_up(ring::region_len(p.ring_bytes), FALSE_SHARING_STRIDE);
         let rings_off = end;
@@ -173,10 +176,11 @@ impl NodeLayout {
         self.doorbells_off + rank * std::mem::size_of::<Doorbell>()
     }
 
-    /// Offset of local rank `rank`'s pid slot (an `i32`).
+    /// Offset of local rank `rank`'s slot ([`RANK_SLOT`] bytes: its pid as
+    /// an `i32`, then its world rank and flags as `u32`s).
     pub fn pid_offset(&self, rank: usize) -> usize {
         self.check_rank(rank);
-        self.pids_off + rank * std::mem::size_of::<i32>()
+        self.pids_off + rank * RANK_SLOT
     }
 
     /// Offset of the ring carrying records from local rank `from` to `to`;
@@ -263,7 +267,7 @@ mod tests {
         for r in 0..5 {
             assert_eq!(l.doorbell_offset(r) % FALSE_SHARING_STRIDE, 0);
             regions.push((l.doorbell_offset(r), std::mem::size_of::<Doorbell>()));
-            regions.push((l.pid_offset(r), 4));
+            regions.push((l.pid_offset(r), RANK_SLOT));
             for t in (0..5).filter(|&t| t != r) {
                 let ro = l.ring_offset(r, t);
                 assert_eq!(ro % FALSE_SHARING_STRIDE, 0);

@@ -8,7 +8,7 @@
 //!
 //! [`unlink`]: NodeSegment::unlink
 
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
 use crate::doorbell::Doorbell;
 use crate::error::{Result, ShmError};
@@ -93,6 +93,34 @@ impl NodeSegment {
     pub fn publish_pid(&self, rank: usize) {
         self.pid_slot(rank)
             .store(std::process::id() as i32, Ordering::Release);
+    }
+
+    fn word(&self, rank: usize, i: usize) -> &AtomicU32 {
+        // SAFETY: words 1..3 of the rank's 16-byte slot, aligned, inside
+        // the mapping, only accessed atomically, living as long as `self`.
+        unsafe { &*(self.ptr(self.layout.pid_offset(rank) + 4 * i) as *const AtomicU32) }
+    }
+
+    /// Publishes what the other ranks of the node need to know of local
+    /// rank `rank` before talking to it: its world rank and `flags` (the
+    /// caller's), then its pid, which marks the slot complete.
+    pub fn publish_rank(&self, rank: usize, world_rank: u32, flags: u32) {
+        self.word(rank, 1).store(world_rank, Ordering::Relaxed);
+        self.word(rank, 2).store(flags, Ordering::Relaxed);
+        self.publish_pid(rank);
+    }
+
+    /// What local rank `rank` published: (pid, world rank, flags), or
+    /// `None` before it did.
+    pub fn rank_info(&self, rank: usize) -> Option<(i32, u32, u32)> {
+        let pid = self.pid(rank);
+        (pid != 0).then(|| {
+            (
+                pid,
+                self.word(rank, 1).load(Ordering::Relaxed),
+                self.word(rank, 2).load(Ordering::Relaxed),
+            )
+        })
     }
 
     /// The pid `rank` published, or 0 if it has not yet.

@@ -49,6 +49,10 @@ fn main() {
             "unavailable, pipelined copy used"
         }
     );
+    match ibcoll::tcp_address_status() {
+        Ok((addrs, why)) => println!("tcp: publishes {addrs} ({why})"),
+        Err(e) => println!("tcp: no address to publish: {e}"),
+    }
     match ibcoll::config::Config::from_env() {
         Ok(_) => println!("configuration: valid"),
         Err(e) => println!("configuration: INVALID: {e}"),

@@ -12,10 +12,15 @@
 //! same loop.
 
 pub(crate) mod bootstrap;
+pub(crate) mod card;
 pub(crate) mod cell;
+pub(crate) mod connect;
 pub(crate) mod matching;
+pub(crate) mod netpoll;
 pub(crate) mod ops;
+pub(crate) mod peers;
 pub(crate) mod progress;
+pub(crate) mod stats;
 
 use std::collections::VecDeque;
 use std::rc::Rc;
@@ -31,6 +36,7 @@ use crate::transport::header::{Header, Kind};
 use crate::transport::{Channel, Health, PeerInfo};
 use matching::{Body, Matcher, Posted, Unexpected};
 use ops::{Op, OpKind, RecvStage, SendStage, Slab, Token};
+use peers::Peers;
 
 /// Work a record asks for, carried out once the channel poll is over.
 #[derive(Debug)]
@@ -647,18 +653,28 @@ impl FastSeq {
 /// The engine of one process.
 pub(crate) struct Engine {
     pub st: State,
-    /// By world rank; the entry for this rank is the self channel.
-    pub chans: Vec<Channel>,
-    /// Health already reported to the operations, by world rank.
-    reported: Vec<bool>,
-    /// Sends waiting for room, per peer, in order.
-    send_queue: Vec<VecDeque<Token>>,
+    /// The peers this rank talks to, with their channels, send queues and
+    /// reported health (`peers.rs`); this rank itself is one of them.
+    pub peers: Peers,
+    /// Sends queued over all peers.
     queued: usize,
     /// Control records waiting for room.
     ctl_retry: VecDeque<Action>,
+    /// World ranks with an shm / tcp / rdma channel.
     pub shm_peers: Vec<usize>,
     pub tcp_peers: Vec<usize>,
     pub rdma_peers: Vec<usize>,
+    /// The network side: listener, dials, accepted sockets, epoll set
+    /// (`connect.rs`); `None` in a job that needs no sockets.
+    pub(crate) net: Option<connect::Net>,
+    /// What a first contact needs: this rank's card and whether node
+    /// segments are in use.
+    pub(crate) me: card::Card,
+    pub(crate) use_shm: bool,
+    /// A channel's health may have changed outside the polled list (a
+    /// send failed, a dial ended, the launcher reported a death): the next
+    /// pass looks at every peer's.
+    pub(crate) health_dirty: bool,
     pub node: Option<Rc<NodeSegment>>,
     pub local_rank: usize,
     pub local_size: usize,
@@ -673,6 +689,9 @@ pub(crate) struct Engine {
     pub next_ctx: u32,
     last_liveness: Instant,
     any_failed: bool,
+    /// The peer a wait outside the operations (a fast path's flag) depends
+    /// on: its liveness is watched like an operation's peer.
+    pub(crate) watch: Option<usize>,
     /// This rank's wake-up FIFO, made on the first block of a rank with both
     /// shm and socket/rdma peers (`Err` once making it failed: such a rank
     /// falls back to bounded doorbell sleeps).
@@ -683,6 +702,8 @@ pub(crate) struct Engine {
     /// Why this process can no longer take part (a reduction operation
     /// panicked): every later call fails with [`Error::Poisoned`].
     pub(crate) poisoned: Option<String>,
+    /// Counts for `IBCOLL_STATS` (`stats.rs`).
+    pub(crate) stats: stats::Stats,
 }
 
 impl Engine {
@@ -691,12 +712,41 @@ impl Engine {
     }
 
     pub fn size(&self) -> usize {
-        self.chans.len()
+        self.peers.job_size()
+    }
+
+    /// The health of world rank `peer`'s channel; a peer this rank has not
+    /// talked to yet is presumed open.
+    #[inline]
+    pub fn health_of(&self, peer: usize) -> &Health {
+        match self.peers.chan(peer) {
+            Some(c) => c.health(),
+            None => &Health::Open,
+        }
+    }
+
+    /// The node of world rank `r`, from the process manager's map (none
+    /// when it published no map).
+    pub fn node_of(&self, r: usize) -> Option<usize> {
+        if r == self.rank() {
+            return Some(self.node_id);
+        }
+        self.pmi.as_ref().and_then(|p| p.node_of(r))
+    }
+
+    /// The channel of `peer`, made on first use ([`Engine::open_channel`]).
+    #[inline]
+    pub fn chan_mut(&mut self, peer: usize) -> &mut Channel {
+        let i = match self.peers.slot(peer) {
+            Some(i) => i,
+            None => self.open_channel(peer),
+        };
+        &mut self.peers.list[i].chan
     }
 
     #[inline]
     fn peer_err(&self, peer: usize, op: ErrOp) -> Option<Error> {
-        if matches!(self.chans[peer].health(), Health::Open) {
+        if matches!(self.health_of(peer), Health::Open) {
             return None;
         }
         self.peer_err_slow(peer, op)
@@ -705,7 +755,7 @@ impl Engine {
     #[cold]
     #[inline(never)]
     fn peer_err_slow(&self, peer: usize, op: ErrOp) -> Option<Error> {
-        match self.chans[peer].health() {
+        match self.health_of(peer) {
             Health::Open => None,
             Health::Closed => Some(Error::PeerLost {
                 rank: self.st.rank,
@@ -736,13 +786,18 @@ impl Engine {
         buf: *const u8,
         len: usize,
     ) -> Result<Posted2> {
+        let slot = match self.peers.slot(peer) {
+            Some(i) => i,
+            None => self.open_channel(peer),
+        };
         if let Some(e) = self.peer_err(peer, ErrOp::Send) {
             return Err(e);
         }
         if let Some(e) = self.poison_err(ErrOp::Send) {
             return Err(e);
         }
-        let ch = &mut self.chans[peer];
+        let p = &mut self.peers.list[slot];
+        let ch = &mut p.chan;
         let mut hdr = Header {
             kind: Kind::Eager,
             src,
@@ -751,13 +806,16 @@ impl Engine {
             len: len as u64,
             seq: 0,
         };
-        let idle = self.send_queue[peer].is_empty();
+        let idle = p.send_queue.is_empty();
         if len <= ch.eager_limit() {
             if idle {
                 // SAFETY: the caller guarantees `len` readable bytes at
                 // `buf` for the duration of the call.
                 let payload = unsafe { std::slice::from_raw_parts(buf, len) };
                 if ch.try_send(&hdr, payload) {
+                    if !matches!(ch.health(), Health::Open) {
+                        self.health_dirty = true;
+                    }
                     return Ok(Posted2::Done);
                 }
             }
@@ -777,9 +835,18 @@ impl Engine {
         if hdr.kind == Kind::Rts && idle && self.try_push_send(tok) {
             return Ok(Posted2::Pending(tok));
         }
-        self.send_queue[peer].push_back(tok);
-        self.queued += 1;
+        self.enqueue(slot, tok);
         Ok(Posted2::Pending(tok))
+    }
+
+    /// Queues send `tok` behind the others of peer entry `slot`.
+    fn enqueue(&mut self, slot: usize, tok: Token) {
+        let q = &mut self.peers.list[slot].send_queue;
+        if q.is_empty() {
+            self.peers.queued.push(slot as u32);
+        }
+        q.push_back(tok);
+        self.queued += 1;
     }
 
     /// Tries to hand queued send `tok` to its channel.
@@ -801,7 +868,17 @@ impl Engine {
         if result.is_some() {
             return true;
         }
-        let ch = &mut self.chans[*peer];
+        let peer = *peer;
+        let ch = match self.peers.get_mut(peer) {
+            Some(p) => &mut p.chan,
+            None => return false,
+        };
+        if !matches!(ch.health(), Health::Open) {
+            // Off the queue; the health report fails it (a channel that
+            // never connected must not complete an eager send).
+            self.health_dirty = true;
+            return true;
+        }
         if hdr.kind == Kind::Eager {
             // SAFETY: the send's Request borrows `len` bytes at `buf` until
             // the operation completes.
@@ -818,6 +895,9 @@ impl Engine {
                 return false;
             }
             *stage = SendStage::AwaitReply;
+        }
+        if !matches!(ch.health(), Health::Open) {
+            self.health_dirty = true;
         }
         true
     }
@@ -858,7 +938,7 @@ impl Engine {
                     self.st.eager_recycle(data);
                 }
                 Body::Rts { send_token, addr } => {
-                    let info = self.chans[u.peer].info();
+                    let info = self.chan_mut(u.peer).info();
                     self.st
                         .start_rndv(tok, u.peer, info, u.src, u.tag, u.len, send_token, addr);
                     self.apply_actions();
@@ -893,7 +973,7 @@ impl Engine {
                     // Never overtake a record of the same peer that found no
                     // room: the shm pipe pairs streams with CTSs by order.
                     if ctl_waits_for(&self.ctl_retry, peer, self.ctl_retry.len())
-                        || !self.chans[peer].try_send(&hdr, payload)
+                        || !self.chan_mut(peer).try_send(&hdr, payload)
                     {
                         self.ctl_retry.push_back(Action::Ctl { peer, hdr, word });
                     }
@@ -907,7 +987,7 @@ impl Engine {
                         .st
                         .recv_stream_buf(token)
                         .map_or(std::ptr::null_mut(), |b| b.as_mut_ptr());
-                    self.chans[peer].expect_stream(token, wanted, buf)
+                    self.chan_mut(peer).expect_stream(token, wanted, buf)
                 }
                 Action::CmaRead {
                     peer,
@@ -916,14 +996,24 @@ impl Engine {
                     addr,
                     buf,
                     wanted,
-                } => self.chans[peer].start_cma_read(token, send_token, addr, buf, wanted),
+                } => self
+                    .chan_mut(peer)
+                    .start_cma_read(token, send_token, addr, buf, wanted),
                 Action::StartStream {
                     peer,
                     send_token,
                     recv_token,
                     ptr,
                     len,
-                } => self.chans[peer].start_stream(send_token, recv_token, ptr, len),
+                } => {
+                    let ch = self.chan_mut(peer);
+                    ch.start_stream(send_token, recv_token, ptr, len);
+                    if matches!(ch, Channel::Tcp(_)) {
+                        // Its socket may be writable already: no edge will
+                        // say so, so it is flushed until its queue is empty.
+                        self.note_tcp_busy(peer);
+                    }
+                }
             }
         }
         n
@@ -943,7 +1033,7 @@ impl Engine {
                 // The records put back in this pass are the last `again`;
                 // one of this peer among them must stay ahead of this one.
                 let behind = ctl_waits_for_last(&self.ctl_retry, peer, again);
-                if !behind && self.chans[peer].try_send(&hdr, payload) {
+                if !behind && self.chan_mut(peer).try_send(&hdr, payload) {
                     n += 1;
                 } else {
                     self.ctl_retry.push_back(Action::Ctl { peer, hdr, word });
@@ -954,14 +1044,21 @@ impl Engine {
         if self.queued == 0 {
             return n;
         }
-        for peer in 0..self.send_queue.len() {
-            while let Some(&tok) = self.send_queue[peer].front() {
+        let mut k = 0;
+        while k < self.peers.queued.len() {
+            let slot = self.peers.queued[k] as usize;
+            while let Some(&tok) = self.peers.list[slot].send_queue.front() {
                 if !self.try_push_send(tok) {
                     break;
                 }
-                self.send_queue[peer].pop_front();
+                self.peers.list[slot].send_queue.pop_front();
                 self.queued -= 1;
                 n += 1;
+            }
+            if self.peers.list[slot].send_queue.is_empty() {
+                self.peers.queued.swap_remove(k);
+            } else {
+                k += 1;
             }
         }
         n
@@ -969,19 +1066,21 @@ impl Engine {
 
     /// Notices channels that closed or failed since the last look and fails
     /// the operations that needed them.
-    fn check_health(&mut self, peer: usize) {
-        if self.reported[peer] {
+    fn check_health(&mut self, slot: usize) {
+        let p = &mut self.peers.list[slot];
+        if p.reported {
             return;
         }
-        let (reason, died) = match self.chans[peer].health() {
+        let (reason, died) = match p.chan.health() {
             Health::Open => return,
             Health::Closed => ("it has finalized".to_string(), false),
             Health::Failed(r) => (r.clone(), true),
         };
-        self.reported[peer] = true;
+        p.reported = true;
         self.any_failed |= died;
-        self.queued -= self.send_queue[peer].len();
-        self.send_queue[peer].clear();
+        self.queued -= p.send_queue.len();
+        p.send_queue.clear();
+        let peer = p.rank;
         self.st.fail_peer(peer, &reason, died);
     }
 
@@ -1092,11 +1191,11 @@ impl Engine {
         group
             .iter()
             .copied()
-            .find(|&g| matches!(self.chans[g].health(), Health::Failed(_)))
+            .find(|&g| matches!(self.health_of(g), Health::Failed(_)))
     }
 
     pub fn peer_died(&self, peer: usize, op: ErrOp) -> Option<Error> {
-        match self.chans[peer].health() {
+        match self.health_of(peer) {
             Health::Failed(_) => self.peer_err(peer, op),
             _ => None,
         }

@@ -1,21 +1,25 @@
 //! The progress loop and the waiting policy.
 //!
-//! `progress` polls every channel once, carries out the actions the records
-//! asked for, and retries what found no room. `wait_until` calls it in a
-//! loop that escalates: spin, then `sched_yield`, then block:
+//! `progress` looks at what may have work once: the channels whose traffic
+//! arrives in memory (self, shm, rdma), and, through one epoll call, the
+//! sockets that are ready (`connect.rs`); then it carries out the actions
+//! the records asked for and retries what found no room. Nothing in a pass
+//! visits every peer of the job. `wait_until` calls it in a loop that
+//! escalates: spin, then `sched_yield`, then block:
 //!
 //! - shm peers only: sleep on this rank's futex doorbell (peers ring it
 //!   after every push, which costs them one load while we are awake),
 //!   re-checking by a full progress pass after announcing sleep;
-//! - tcp peers only: `poll(2)` on the sockets;
-//! - both: `poll(2)` on the sockets and this rank's wake-up FIFO in
-//!   `/dev/shm`, announced on the doorbell first so that shm peers write
-//!   one byte into the FIFO instead of a futex wake (and nothing while we
-//!   are awake); if the FIFO cannot be made, short doorbell sleeps
-//!   (`IBCOLL_MIXED_WAIT_US`) alternate with socket polls.
+//! - sockets only (or rdma): wait in the epoll set;
+//! - both: wait in the epoll set, which also holds this rank's wake-up
+//!   FIFO in `/dev/shm`, announced on the doorbell first so that shm peers
+//!   write one byte into the FIFO instead of a futex wake (and nothing
+//!   while we are awake); if the FIFO cannot be made, short doorbell sleeps
+//!   (`IBCOLL_MIXED_WAIT_US`) alternate with looks at the sockets.
 //!
-//! Every block is bounded (`IBCOLL_BLOCK_MS`), and between blocks the pids
-//! of shm peers are checked, so a dead peer turns into an error. A rank
+//! Every block is bounded (`IBCOLL_BLOCK_MS`), and between blocks the
+//! liveness of the peers this rank waits on is checked, so a dead peer
+//! turns into an error. A rank
 //! whose shm records wait for ring space blocks at most `SPACE_WAIT`
 //! (50 us): consumers do not ring after draining a ring.
 //!
@@ -33,17 +37,23 @@ const SPACE_WAIT: Duration = Duration::from_micros(50);
 use crate::transport::{Channel, Health};
 
 impl Engine {
-    /// One pass over everything; returns how many things happened.
+    /// One pass over what may have work; returns how many things happened.
     #[inline]
     pub fn progress(&mut self) -> usize {
         let mut n = 0;
         // Health is looked at in the same pass (one discriminant per
         // channel); the scan that reports changes runs only when a channel
         // is not open and unreported, or something was sent.
-        let mut settled = true;
-        for (peer, ch) in self.chans.iter_mut().enumerate() {
-            n += ch.poll(peer, &mut self.st);
-            settled &= matches!(ch.health(), Health::Open) || self.reported[peer];
+        let mut settled = !self.health_dirty;
+        for k in 0..self.peers.polled.len() {
+            let p = &mut self.peers.list[self.peers.polled[k] as usize];
+            n += p.chan.poll(p.rank, &mut self.st);
+            settled &= p.reported || matches!(p.chan.health(), Health::Open);
+        }
+        if let Some(net) = &mut self.net {
+            if net.due() {
+                n += self.progress_net(0);
+            }
         }
         if !self.st.actions.is_empty() {
             n += self.apply_actions();
@@ -53,16 +63,27 @@ impl Engine {
             n += self.drain_queues();
             settled = false;
         }
-        if !settled {
-            for peer in 0..self.chans.len() {
-                if !self.reported[peer] && !matches!(self.chans[peer].health(), Health::Open) {
-                    self.check_health(peer);
-                    n += 1;
-                }
-            }
+        if !settled || self.health_dirty {
+            n += self.report_health();
         }
         // Nonblocking collectives in flight (one thread-local check when none).
         n += crate::schedule::run::progress_hook(self);
+        n
+    }
+
+    /// Fails the operations of every peer whose channel closed or failed
+    /// since the last look (over the peers this rank talks to).
+    #[inline(never)]
+    fn report_health(&mut self) -> usize {
+        self.health_dirty = false;
+        let mut n = 0;
+        for slot in 0..self.peers.list.len() {
+            let p = &self.peers.list[slot];
+            if !p.reported && !matches!(p.chan.health(), Health::Open) {
+                self.check_health(slot);
+                n += 1;
+            }
+        }
         n
     }
 
@@ -109,7 +130,15 @@ impl Engine {
     }
 
     fn tcp_backlog(&self) -> bool {
-        self.tcp_peers.iter().any(|&p| self.chans[p].has_backlog())
+        self.tcp_peers
+            .iter()
+            .any(|&p| self.peers.chan(p).is_some_and(|c| c.has_backlog()))
+    }
+
+    /// Whether this rank has anything that signals through a descriptor
+    /// (sockets, the listener, rdma completions): then it blocks in epoll.
+    fn waits_on_descriptors(&self) -> bool {
+        self.net.as_ref().is_some_and(|n| n.sockets > 0) || !self.rdma_peers.is_empty()
     }
 
     /// Blocks until something may have happened (bounded). `done` is
@@ -118,8 +147,7 @@ impl Engine {
     /// doorbell) cannot be missed.
     fn block(&mut self, done: &mut impl FnMut(&Engine) -> bool) {
         let shm = !self.shm_peers.is_empty();
-        // rdma completions wake the same poll(2) as the sockets.
-        let tcp = !self.tcp_peers.is_empty() || !self.rdma_peers.is_empty();
+        let net = self.waits_on_descriptors();
         if shm {
             let Some(node) = self.node.clone() else {
                 return;
@@ -132,25 +160,29 @@ impl Engine {
                 || self
                     .shm_peers
                     .iter()
-                    .any(|&p| matches!(&self.chans[p], Channel::Shm(c) if c.is_busy()));
+                    .any(|&p| matches!(self.peers.chan(p), Some(Channel::Shm(c)) if c.is_busy()));
             let block = if space_wait {
                 self.cfg.block.min(SPACE_WAIT)
             } else {
                 self.cfg.block
             };
-            let timeout = if tcp {
+            let timeout = if net {
                 self.cfg.mixed_wait.min(block)
             } else {
                 block
             };
             let me = self.local_rank;
-            if tcp {
+            if net {
                 if self.wake.is_none() {
                     let path = ibcoll_shm::wake_path(node.segment().name(), me);
-                    self.wake = Some(ibcoll_shm::WakeFifo::create(&path).map_err(|_| ()));
+                    let w = ibcoll_shm::WakeFifo::create(&path).map_err(|_| ());
+                    if let (Ok(f), Some(n)) = (&w, self.net.as_mut()) {
+                        let _ = n.poll.add_input(f.fd(), super::netpoll::Source::Wake);
+                    }
+                    self.wake = Some(w);
                 }
                 if let Some(Ok(_)) = &self.wake {
-                    // Block in poll(2) on the sockets (and rdma events) and
+                    // Block in epoll on the sockets (and rdma events) and
                     // the wake-up FIFO, which shm peers poke once we have
                     // announced it on the doorbell.
                     let bell = node.doorbell(me);
@@ -160,8 +192,7 @@ impl Engine {
                         block.min(Duration::from_millis(1))
                     };
                     if self.progress() == 0 && !done(self) {
-                        let backlog = self.tcp_backlog();
-                        self.poll_sockets(block, backlog);
+                        self.wait_descriptors(block);
                     }
                     bell.end_polling();
                     return;
@@ -169,91 +200,101 @@ impl Engine {
             }
             node.doorbell(me)
                 .sleep(|| self.progress() > 0 || done(self), timeout);
-        } else if tcp {
-            let backlog = self.tcp_backlog();
-            self.poll_sockets(self.cfg.block, backlog);
+            if net {
+                self.wait_descriptors(Duration::ZERO);
+            }
+        } else if net {
+            self.wait_descriptors(self.cfg.block);
         } else {
             // Only this rank: nothing outside can make progress.
             std::thread::sleep(Duration::from_millis(1));
         }
     }
 
-    /// Waits in poll(2) for any tcp socket to become readable (or writable,
-    /// when `want_write`).
-    pub(crate) fn poll_sockets(&mut self, timeout: Duration, want_write: bool) {
-        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(self.tcp_peers.len() + 1);
+    /// Waits in the epoll set for at most `timeout` (sockets, the
+    /// listener, dials, rdma completions, the wake-up FIFO), handling what
+    /// is ready.
+    pub(crate) fn wait_descriptors(&mut self, timeout: Duration) {
         let mut rdma = false;
         if !self.rdma_peers.is_empty() {
             // Arm the CQs; a completion that came meanwhile means no sleep.
-            let Some(fd) = self.rdma_arm() else { return };
-            fds.push(libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            });
+            if !self.rdma_arm() {
+                return;
+            }
             rdma = true;
         }
-        if let Some(Ok(w)) = &self.wake {
-            fds.push(libc::pollfd {
-                fd: w.fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            });
-        }
-        for &p in &self.tcp_peers {
-            if let Channel::Tcp(c) = &self.chans[p] {
-                if c.health != Health::Open {
-                    continue;
-                }
-                let mut events = libc::POLLIN;
-                if want_write && c.has_backlog() {
-                    events |= libc::POLLOUT;
-                }
-                fds.push(libc::pollfd {
-                    fd: c.fd(),
-                    events,
-                    revents: 0,
-                });
+        // Dials in backoff and hellos not in yet have deadlines of their
+        // own, which no socket event announces.
+        let timeout = match &self.net {
+            Some(n) if !n.dialing.is_empty() || !n.incoming.is_empty() => {
+                timeout.min(Duration::from_millis(10))
             }
-        }
-        if fds.is_empty() {
+            _ => timeout,
+        };
+        let ms = timeout.as_millis().clamp(0, i32::MAX as u128) as i32;
+        if self.net.is_some() {
+            self.progress_net(ms);
+        } else {
             std::thread::sleep(timeout.min(Duration::from_millis(1)));
-            return;
-        }
-        let ms = timeout.as_millis().clamp(0, i32::MAX as u128) as libc::c_int;
-        // SAFETY: `fds` is a live array of `fds.len()` pollfd structs that
-        // the kernel may write `revents` into during the call.
-        unsafe {
-            libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms);
-        }
-        if let Some(Ok(w)) = &self.wake {
-            w.drain();
         }
         if rdma {
             self.rdma_after_wait();
         }
     }
 
-    /// Every `IBCOLL_BLOCK_MS`, checks that shm peers' processes exist; a
-    /// vanished one (that did not say goodbye) fails its channel.
+    /// Every `IBCOLL_BLOCK_MS`, checks that the peers this rank waits on
+    /// are alive (shm: the process exists; rdma: the heartbeat of a QP); a
+    /// vanished one (that did not say goodbye) fails its channel. Only
+    /// peers named by pending operations (and the one a fast path waits
+    /// for) are looked at; with a receive from any source pending, every
+    /// peer this rank has a memory channel to, since any could be the
+    /// sender.
     pub(crate) fn maybe_check_liveness(&mut self) {
         if self.last_liveness.elapsed() < self.cfg.block {
             return;
         }
         self.last_liveness = Instant::now();
-        let (ns, nr) = (self.shm_peers.len(), self.rdma_peers.len());
-        for i in 0..ns + nr {
-            let p = if i < ns {
-                self.shm_peers[i]
-            } else {
-                self.rdma_peers[i - ns]
+        let mut watched: Vec<usize> = Vec::new();
+        let mut any_source = false;
+        for t in self.st.ops.tokens() {
+            let Some(op) = self.st.ops.get(t) else {
+                continue;
             };
-            if let Some(reason) = self.chans[p].check_alive() {
+            if op.result.is_some() {
+                continue;
+            }
+            match &op.kind {
+                super::ops::OpKind::Send { peer, .. } => watched.push(*peer),
+                super::ops::OpKind::Recv {
+                    stage: super::ops::RecvStage::Streaming { peer, .. },
+                    ..
+                } => watched.push(*peer),
+                super::ops::OpKind::Recv { peer: Some(p), .. } => watched.push(*p),
+                super::ops::OpKind::Recv { peer: None, .. } => any_source = true,
+            }
+        }
+        watched.extend(self.watch);
+        if any_source {
+            watched.extend(self.shm_peers.iter().copied());
+            watched.extend(self.rdma_peers.iter().copied());
+        }
+        watched.sort_unstable();
+        watched.dedup();
+        for p in watched {
+            let Some(slot) = self.peers.slot(p) else {
+                continue;
+            };
+            let chan = &mut self.peers.list[slot].chan;
+            if !matches!(chan, Channel::Shm(_) | Channel::Rdma(_)) {
+                continue;
+            }
+            if let Some(reason) = chan.check_alive() {
                 // Take what it sent before it died (records, a goodbye).
-                while self.chans[p].poll(p, &mut self.st) > 0 {}
-                if *self.chans[p].health() == Health::Open {
-                    self.chans[p].fail(reason);
+                while chan.poll(p, &mut self.st) > 0 {}
+                if *chan.health() == Health::Open {
+                    chan.fail(reason);
                 }
+                self.health_dirty = true;
             }
         }
     }
@@ -282,10 +323,14 @@ impl Engine {
     pub(crate) fn finalize(&mut self) {
         self.progress();
         self.settle();
+        if self.cfg.stats {
+            eprintln!("{}", self.stats_line());
+        }
         let deadline = Instant::now() + self.cfg.peer_timeout;
         let mut bye_pending: Vec<usize> = Vec::new();
-        for p in 0..self.chans.len() {
-            let delivered = match &mut self.chans[p] {
+        for slot in 0..self.peers.list.len() {
+            let p = &mut self.peers.list[slot];
+            let delivered = match &mut p.chan {
                 Channel::Shm(c) => c.health != Health::Open || c.send_bye(),
                 Channel::Tcp(c) => {
                     if c.health == Health::Open {
@@ -297,31 +342,37 @@ impl Engine {
                     c.send_bye();
                     true
                 }
-                Channel::Local(_) => true,
+                Channel::Local(_) | Channel::Connecting(_) => true,
             };
             if !delivered {
-                bye_pending.push(p);
+                bye_pending.push(p.rank);
             }
         }
         while (!bye_pending.is_empty() || self.tcp_backlog() || self.rdma_backlog())
             && Instant::now() < deadline
         {
             self.progress();
-            bye_pending.retain(|&p| match &mut self.chans[p] {
-                Channel::Shm(c) => c.health == Health::Open && !c.send_bye(),
+            bye_pending.retain(|&p| match self.peers.get_mut(p).map(|x| &mut x.chan) {
+                Some(Channel::Shm(c)) => c.health == Health::Open && !c.send_bye(),
                 _ => false,
             });
             if self.tcp_backlog() {
-                self.poll_sockets(Duration::from_millis(10), true);
+                for p in self.tcp_peers.clone() {
+                    if self.peers.chan(p).is_some_and(|c| c.has_backlog()) {
+                        self.note_tcp_busy(p);
+                    }
+                }
+                self.wait_descriptors(Duration::from_millis(10));
             } else if !bye_pending.is_empty() || self.rdma_backlog() {
                 std::thread::yield_now();
             }
         }
         let failed = self.any_failed
             || self
-                .chans
+                .peers
+                .list
                 .iter()
-                .any(|c| matches!(c.health(), Health::Failed(_)));
+                .any(|p| matches!(p.chan.health(), Health::Failed(_)));
         if let Some(mut pmi) = self.pmi.take() {
             // Everyone has flushed once everyone is here; closing sockets
             // before that could reset a connection with data in flight.

@@ -73,9 +73,9 @@ pub(crate) fn eligible(e: &Engine, group: &[usize]) -> Option<Vec<usize>> {
     let me = e.rank();
     group
         .iter()
-        .map(|&w| match &e.chans[w] {
+        .map(|&w| match e.peers.chan(w) {
             _ if w == me => Some(e.local_rank),
-            Channel::Shm(c) => Some(c.peer_local()),
+            Some(Channel::Shm(c)) => Some(c.peer_local()),
             _ => None,
         })
         .collect()
@@ -234,7 +234,7 @@ impl<'a> FastCall<'a> {
         self.area.prefetch_for_write(mine, self.k + 2);
         for (r, &w) in self.group.iter().enumerate() {
             if r != self.me {
-                if let Channel::Shm(c) = &mut self.e.chans[w] {
+                if let Some(Channel::Shm(c)) = self.e.peers.get_mut(w).map(|p| &mut p.chan) {
                     c.ring_peer();
                 }
             }
@@ -355,11 +355,13 @@ impl<'a> FastCall<'a> {
             // be alive but have given up on this call because of it.
             let w = self.group[r];
             let group = self.group;
+            self.e.watch = Some(w);
             self.e.wait_with(b, |e| {
                 done()
-                    || !matches!(e.chans[w].health(), Health::Open)
+                    || !matches!(e.health_of(w), Health::Open)
                     || e.failed_member(group).is_some()
             });
+            self.e.watch = None;
             if !done() {
                 return Err(self.lost(w));
             }
@@ -372,7 +374,7 @@ impl<'a> FastCall<'a> {
     /// The error of a wait on member `w` that ended without its data:
     /// `w` itself lost, or another member that died.
     fn lost(&self, w: usize) -> Error {
-        let peer = match self.e.chans[w].health() {
+        let peer = match self.e.health_of(w) {
             Health::Open => self.e.failed_member(self.group).unwrap_or(w),
             _ => w,
         };

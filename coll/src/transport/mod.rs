@@ -1,4 +1,5 @@
-//! Channels: one per peer, chosen once at init. Every channel carries the
+//! Channels: one per peer this rank talks to (tcp ones made on first use,
+//! see [`tcp_connect`]). Every channel carries the
 //! same records (a [`header::Header`] plus payload) in order, and knows how
 //! to move rendezvous data its own way:
 //!
@@ -11,9 +12,11 @@
 
 pub mod header;
 pub(crate) mod local;
+pub mod netif;
 pub(crate) mod rdma;
 pub(crate) mod shm;
 pub(crate) mod tcp;
+pub(crate) mod tcp_connect;
 
 use crate::engine::ops::Token;
 use crate::engine::State;
@@ -45,6 +48,8 @@ pub(crate) enum Channel {
     Shm(shm::ShmChannel),
     Tcp(tcp::TcpChannel),
     Rdma(Box<rdma::RdmaChannel>),
+    /// A tcp pair before its connection is up (or that never got one).
+    Connecting(Box<tcp_connect::Connecting>),
 }
 
 impl Channel {
@@ -52,7 +57,7 @@ impl Channel {
         match self {
             Channel::Local(_) => "self",
             Channel::Shm(_) => "shm",
-            Channel::Tcp(_) => "tcp",
+            Channel::Tcp(_) | Channel::Connecting(_) => "tcp",
             Channel::Rdma(_) => "rdma",
         }
     }
@@ -65,6 +70,7 @@ impl Channel {
             Channel::Shm(c) => c.eager_limit,
             Channel::Tcp(c) => c.eager_limit,
             Channel::Rdma(c) => c.eager_limit,
+            Channel::Connecting(c) => c.eager_limit,
         }
     }
 
@@ -77,6 +83,7 @@ impl Channel {
             Channel::Shm(c) => c.try_send(hdr, payload),
             Channel::Tcp(c) => c.try_send(hdr, payload),
             Channel::Rdma(c) => c.try_send(hdr, payload),
+            Channel::Connecting(c) => c.try_send(),
         }
     }
 
@@ -102,7 +109,7 @@ impl Channel {
                 cma_pid: c.cma.then_some(c.peer_pid),
                 local: false,
             },
-            Channel::Tcp(_) | Channel::Rdma(_) => PeerInfo {
+            Channel::Tcp(_) | Channel::Rdma(_) | Channel::Connecting(_) => PeerInfo {
                 cma_pid: None,
                 local: false,
             },
@@ -127,7 +134,7 @@ impl Channel {
         match self {
             Channel::Tcp(c) => c.poll(peer, st),
             Channel::Rdma(c) => c.poll(peer, st),
-            Channel::Local(_) | Channel::Shm(_) => 0,
+            Channel::Local(_) | Channel::Shm(_) | Channel::Connecting(_) => 0,
         }
     }
 
@@ -135,7 +142,7 @@ impl Channel {
     /// `recv_token`; `send_token` completes when done.
     pub fn start_stream(&mut self, send_token: Token, recv_token: u64, ptr: *const u8, len: usize) {
         match self {
-            Channel::Local(_) => {}
+            Channel::Local(_) | Channel::Connecting(_) => {}
             Channel::Shm(c) => c.start_stream(send_token, ptr, len),
             Channel::Tcp(c) => c.start_stream(send_token, recv_token, ptr, len),
             Channel::Rdma(c) => c.start_stream(send_token, recv_token, ptr, len),
@@ -176,6 +183,7 @@ impl Channel {
             Channel::Shm(c) => &c.health,
             Channel::Tcp(c) => &c.health,
             Channel::Rdma(c) => &c.health,
+            Channel::Connecting(c) => &c.health,
         }
     }
 
@@ -187,6 +195,7 @@ impl Channel {
             Channel::Shm(c) => c.has_backlog(),
             Channel::Tcp(c) => c.has_backlog(),
             Channel::Rdma(c) => c.has_backlog(),
+            Channel::Connecting(_) => false,
         }
     }
 
@@ -207,6 +216,7 @@ impl Channel {
             Channel::Shm(c) => c.health = Health::Failed(reason),
             Channel::Tcp(c) => c.health = Health::Failed(reason),
             Channel::Rdma(c) => c.fail(reason),
+            Channel::Connecting(c) => c.health = Health::Failed(reason),
         }
     }
 }

@@ -378,6 +378,11 @@ fn desc(addr: u64, rkey: u32) -> [u8; DESC_LEN] {
 }
 
 impl RdmaChannel {
+    /// Bytes of this channel's own registered buffers.
+    pub fn registered_bytes(&self) -> u64 {
+        (self.pool.slot_size() * self.pool.count() + self.sbuf.len()) as u64
+    }
+
     fn new(
         ctx: Rc<RdmaCtx>,
         p: PendingEp,
@@ -1049,33 +1054,27 @@ impl RdmaChannel {
 // ------------------------------------------------------------------ engine
 
 impl Engine {
-    /// Before a blocking `poll(2)`: arms every rdma CQ and runs one
-    /// progress pass to catch completions that arrived before arming.
-    /// Returns the completion channel's fd (-1 when no rdma channel is
-    /// open, which poll ignores), or `None` when something happened and
-    /// the caller must not block.
-    pub(crate) fn rdma_arm(&mut self) -> Option<RawFd> {
-        let mut fd = -1;
+    /// Arms every rdma CQ for a completion event before a blocking wait
+    /// (the completion channel's descriptor is in the epoll set). Returns
+    /// false when something happened meanwhile and the caller must not
+    /// block.
+    pub(crate) fn rdma_arm(&mut self) -> bool {
         for i in 0..self.rdma_peers.len() {
             let p = self.rdma_peers[i];
-            if let Channel::Rdma(c) = &mut self.chans[p] {
+            if let Some(Channel::Rdma(c)) = self.peers.get_mut(p).map(|x| &mut x.chan) {
                 if c.health == Health::Open {
                     c.arm();
-                    fd = c.fd();
                 }
             }
         }
-        if self.progress() > 0 {
-            return None;
-        }
-        Some(fd)
+        self.progress() == 0
     }
 
-    /// After a blocking `poll(2)` that included [`rdma_arm`]'s fd: consumes
+    /// After a blocking wait that included the completion channel: consumes
     /// the completion events (the CQs are polled by the next progress pass).
     pub(crate) fn rdma_after_wait(&mut self) {
         if let Some(&p) = self.rdma_peers.first() {
-            if let Channel::Rdma(c) = &self.chans[p] {
+            if let Some(Channel::Rdma(c)) = self.peers.chan(p) {
                 let _ = c.ctx().comp.take_events();
             }
         }
@@ -1084,10 +1083,22 @@ impl Engine {
     /// True while an open rdma channel still has messages or completions
     /// outstanding (finalize waits for them).
     pub(crate) fn rdma_backlog(&self) -> bool {
-        self.rdma_peers.iter().any(|&p| match &self.chans[p] {
-            Channel::Rdma(c) => c.has_backlog(),
+        self.rdma_peers.iter().any(|&p| match self.peers.chan(p) {
+            Some(Channel::Rdma(c)) => c.has_backlog(),
             _ => false,
         })
+    }
+
+    /// Bytes registered with the device for the rdma channels' own buffers
+    /// (receive pools and send rings).
+    pub(crate) fn rdma_registered_bytes(&self) -> u64 {
+        self.rdma_peers
+            .iter()
+            .map(|&p| match self.peers.chan(p) {
+                Some(Channel::Rdma(c)) => c.registered_bytes(),
+                _ => 0,
+            })
+            .sum()
     }
 }
 

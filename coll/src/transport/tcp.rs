@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::TcpStream;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use super::header::{Header, Kind, HEADER_LEN};
@@ -101,10 +101,6 @@ impl TcpChannel {
             rstate: RState::Header,
             bye_seen: false,
         })
-    }
-
-    pub fn fd(&self) -> RawFd {
-        self.sock.as_raw_fd()
     }
 
     /// True while bytes wait to be written.
