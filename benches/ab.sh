@@ -68,7 +68,7 @@ import glob, os, statistics, sys
 out, old, new, reps = sys.argv[1:5]
 data = {}
 for f in glob.glob(os.path.join(out, "*.txt")):
-    which, bench, size, _ = os.path.basename(f).split(".")
+    which, bench, size, _ = os.path.basename(f)[:-len(".txt")].split(".")
     for line in open(f):
         p = line.split()
         if len(p) >= 2 and not line.startswith("#") and p[0].isdigit():

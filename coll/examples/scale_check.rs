@@ -6,7 +6,8 @@
 //! `scale_check ring` does the neighbour exchange only, so that a rank's
 //! `IBCOLL_STATS` line shows what talking to two peers costs (two
 //! connections, a card fetch per peer dialed) whatever the size of the job.
-//! `scale_check first-contact` makes every pair of ranks talk for the first
+//! `scale_check barrier` is init, one barrier and finalize (the startup
+//! benchmark, `benches/scale.sh`). `scale_check first-contact` makes every pair of ranks talk for the first
 //! time at once, in both directions (each rank sends to every other before
 //! receiving), which exercises simultaneous dials.
 //!
@@ -113,6 +114,7 @@ fn main() {
             collectives(&c);
         }
         "ring" => ring(&c),
+        "barrier" => ok!(&c, c.barrier()),
         "first-contact" => first_contact(&c),
         other => fail(&c, format!("unknown check {other}")),
     }
