@@ -75,16 +75,16 @@ pub trait Reducible: Datatype {
     /// Runs `f` on this type's cached kernel of built-in operation `i`
     /// (see [`byte_reduce`]).
     #[doc(hidden)]
-    fn with_kernel<R>(i: usize, f: impl FnOnce(&mut Option<ByteReduce>) -> R) -> R;
+    fn with_kernel<R>(i: usize, f: impl FnOnce(&mut Option<Rc<Kernel>>) -> R) -> R;
 }
 
 /// `Reducible::with_kernel` for one type: its own thread-local slots (a
 /// static in a generic function would be shared by every type).
 macro_rules! kernel_cache {
     () => {
-        fn with_kernel<R>(i: usize, f: impl FnOnce(&mut Option<ByteReduce>) -> R) -> R {
+        fn with_kernel<R>(i: usize, f: impl FnOnce(&mut Option<Rc<Kernel>>) -> R) -> R {
             thread_local! {
-                static K: std::cell::RefCell<[Option<ByteReduce>; BUILTIN_OPS]> =
+                static K: std::cell::RefCell<[Option<Rc<Kernel>>; BUILTIN_OPS]> =
                     const { std::cell::RefCell::new([const { None }; BUILTIN_OPS]) };
             }
             K.with(|k| f(&mut k.borrow_mut()[i]))
@@ -157,37 +157,46 @@ float_reducible!(f32, f64);
 /// ([`ByteReduce::take_panic`]) once the collective has finished and
 /// nothing points into its buffers any more.
 #[derive(Clone)]
-pub struct ByteReduce {
-    f: Rc<Kernel>,
-    /// A user operation's first panic (built-in kernels cannot panic).
-    panic: Option<Rc<PanicSlot>>,
+pub struct ByteReduce(Kern);
+
+/// One reference either way, so that handing out the cached kernel of a
+/// built-in operation (every reducing call does) costs one increment.
+#[derive(Clone)]
+enum Kern {
+    Builtin(Rc<Kernel>),
+    User(Rc<UserKernel>),
+}
+
+/// A user operation's loop and where its first panic waits for the
+/// collective to end.
+struct UserKernel {
+    f: Box<Kernel>,
+    panic: std::cell::RefCell<Option<Box<dyn std::any::Any + Send>>>,
 }
 
 /// The element-wise loop of one operation on one type.
-type Kernel = dyn Fn(&mut [u8], &[u8], bool);
-
-/// Where a user operation's panic waits for the collective to end.
-type PanicSlot = std::cell::RefCell<Option<Box<dyn std::any::Any + Send>>>;
+#[doc(hidden)]
+pub type Kernel = dyn Fn(&mut [u8], &[u8], bool);
 
 impl ByteReduce {
     /// Applies the reduction (see the type).
     #[inline]
     pub fn apply(&self, dst: &mut [u8], src: &[u8], src_left: bool) {
-        match &self.panic {
-            None => (self.f)(dst, src, src_left),
-            Some(slot) => self.apply_user(slot, dst, src, src_left),
+        match &self.0 {
+            Kern::Builtin(f) => f(dst, src, src_left),
+            Kern::User(u) => Self::apply_user(u, dst, src, src_left),
         }
     }
 
     #[inline(never)]
-    fn apply_user(&self, slot: &PanicSlot, dst: &mut [u8], src: &[u8], src_left: bool) {
-        let f = &self.f;
+    fn apply_user(u: &UserKernel, dst: &mut [u8], src: &[u8], src_left: bool) {
+        let f = &u.f;
         // Unwind safety: after a panic the destination holds whatever the
         // operation left there, which is only ever plain bytes; the
         // collective completes and its caller gets the panic back.
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(dst, src, src_left)));
         if let Err(p) = r {
-            let mut s = slot.borrow_mut();
+            let mut s = u.panic.borrow_mut();
             if s.is_none() {
                 *s = Some(p);
             }
@@ -196,12 +205,16 @@ impl ByteReduce {
 
     /// The first panic of the user operation, if it panicked.
     pub fn take_panic(&self) -> Option<Box<dyn std::any::Any + Send>> {
-        self.panic.as_ref().and_then(|s| s.borrow_mut().take())
+        match &self.0 {
+            Kern::Builtin(_) => None,
+            Kern::User(u) => u.panic.borrow_mut().take(),
+        }
     }
 
     /// Whether this is a user operation (which may panic).
+    #[inline]
     pub fn is_user(&self) -> bool {
-        self.panic.is_some()
+        matches!(self.0, Kern::User(_))
     }
 }
 
@@ -239,16 +252,18 @@ pub fn byte_reduce<T: Reducible>(op: ReduceOp<T>) -> ByteReduce {
     // closure costs a stalled load on every call (the caller stored it in
     // narrower pieces than the copy reads).
     if let Some(f) = T::with_kernel(i, |k| k.clone()) {
-        return f;
+        return ByteReduce(Kern::Builtin(f));
     }
     let f = make_kernel(op);
-    T::with_kernel(i, |k| *k = Some(f.clone()));
+    if let Kern::Builtin(k) = &f.0 {
+        T::with_kernel(i, |slot| *slot = Some(k.clone()));
+    }
     f
 }
 
 fn make_kernel<T: Reducible>(op: ReduceOp<T>) -> ByteReduce {
     let user = matches!(op, ReduceOp::User(_));
-    let f = Rc::new(move |dst: &mut [u8], src: &[u8], src_left: bool| {
+    let f = move |dst: &mut [u8], src: &[u8], src_left: bool| {
         let sz = std::mem::size_of::<T>();
         let n = dst.len().min(src.len()) / sz;
         let d = dst.as_mut_ptr() as *mut T;
@@ -266,11 +281,15 @@ fn make_kernel<T: Reducible>(op: ReduceOp<T>) -> ByteReduce {
                 std::ptr::write_unaligned(d.add(i), v);
             }
         }
-    });
-    ByteReduce {
-        f,
-        panic: user.then(|| Rc::new(PanicSlot::default())),
-    }
+    };
+    ByteReduce(if user {
+        Kern::User(Rc::new(UserKernel {
+            f: Box::new(f),
+            panic: Default::default(),
+        }))
+    } else {
+        Kern::Builtin(Rc::new(f))
+    })
 }
 
 #[cfg(test)]

@@ -43,6 +43,7 @@ pub struct Backoff {
 
 impl Backoff {
     /// A wait of `spins` spins and `yields` yields before blocking.
+    #[inline]
     pub const fn new(spins: u32, yields: u32) -> Backoff {
         Backoff {
             checks: 0,
@@ -53,17 +54,20 @@ impl Backoff {
     }
 
     /// The same, first looking at the condition alone `checks` times.
+    #[inline]
     pub const fn with_checks(mut self, checks: u32) -> Backoff {
         self.checks = checks;
         self
     }
 
     /// Back to spinning (something happened, so more may follow soon).
+    #[inline]
     pub fn reset(&mut self) {
         self.n = self.checks;
     }
 
     /// The phase the next [`step`](Self::step) will be in.
+    #[inline]
     pub fn phase(&self) -> Step {
         let n = self.n;
         if n < self.checks {
@@ -79,6 +83,7 @@ impl Backoff {
 
     /// Takes the next step: pauses (check, spin) or yields here, and says
     /// which it was; at [`Step::Block`] it stays there until reset.
+    #[inline]
     pub fn step(&mut self) -> Step {
         let s = self.phase();
         match s {

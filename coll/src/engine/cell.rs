@@ -34,7 +34,7 @@ impl EngineCell {
 
     /// The engine; panics (with a message saying why) when it is in use
     /// already, which only a call from inside a reduction operation can do.
-    #[inline]
+    #[inline(always)]
     pub fn borrow_mut(&self) -> EngineMut<'_> {
         match self.0.try_borrow_mut() {
             Ok(e) => EngineMut {
@@ -89,7 +89,7 @@ impl std::ops::DerefMut for EngineMut<'_> {
 }
 
 impl Drop for EngineMut<'_> {
-    #[inline]
+    #[inline(always)]
     fn drop(&mut self) {
         if !self.unwinding && std::thread::panicking() {
             panicked_inside(self.e.rank());

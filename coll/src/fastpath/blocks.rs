@@ -75,9 +75,9 @@ impl FastCall<'_> {
             .post_send(self.group[r], self.ctx, self.me as u32, tag, buf, len)
         {
             Ok(Posted2::Done) => {}
-            Ok(Posted2::Pending(t)) => self.msgs.pending.push((t, r, None)),
+            Ok(Posted2::Pending(t)) => self.msgs().pending.push((t, r, None)),
             Err(e) => {
-                self.msgs.note::<()>(Err(e));
+                self.msgs().note::<()>(Err(e));
             }
         }
     }
@@ -95,7 +95,7 @@ impl FastCall<'_> {
             buf,
             len,
         );
-        self.msgs.pending.push((t, r, Some(len)));
+        self.msgs().pending.push((t, r, Some(len)));
     }
 
     /// Waits for every message of the call (each ends, delivered or
@@ -104,7 +104,11 @@ impl FastCall<'_> {
     /// Checked inline: most calls have no messages.
     #[inline]
     pub fn finish(&mut self) -> Result<()> {
-        if self.msgs.pending.is_empty() && self.msgs.err.is_none() {
+        let idle = match &self.msgs {
+            None => true,
+            Some(m) => m.is_empty(),
+        };
+        if idle {
             return Ok(());
         }
         self.finish_msgs()
@@ -113,18 +117,28 @@ impl FastCall<'_> {
     /// Keeps `r`'s error as the call's (if it is the first) and gives its
     /// value otherwise.
     pub fn note<T>(&mut self, r: Result<T>) -> Option<T> {
-        self.msgs.note(r)
+        match r {
+            Ok(v) => Some(v),
+            Err(e) => self.msgs().note(Err(e)),
+        }
+    }
+
+    /// The call's messages, made on first use (most calls have none).
+    fn msgs(&mut self) -> &mut Msgs {
+        self.msgs.get_or_insert_with(Box::default)
     }
 
     /// Whether the call has an error already.
     pub fn msgs_failed(&self) -> bool {
-        self.msgs.failed()
+        self.msgs.as_ref().is_some_and(|m| m.failed())
     }
 
     #[inline(never)]
     pub(super) fn finish_msgs(&mut self) -> Result<()> {
-        let m = &mut self.msgs;
-        let (pending, mut err) = (std::mem::take(&mut m.pending), m.err.take());
+        let Some(m) = self.msgs.take() else {
+            return Ok(());
+        };
+        let (pending, mut err) = (m.pending, m.err);
         let group = self.group;
         for (t, r, want) in pending {
             // A member's death may leave a live peer that gave up on the

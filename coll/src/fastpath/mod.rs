@@ -97,12 +97,12 @@ pub(crate) struct FastCall<'a> {
     op: Op,
     /// The call's messages: waited for by [`FastCall::finish`], or when
     /// the call is dropped, so that none outlives the buffers it uses.
-    msgs: blocks::Msgs,
+    msgs: Option<Box<blocks::Msgs>>,
 }
 
 impl Drop for FastCall<'_> {
     fn drop(&mut self) {
-        if !self.msgs.is_empty() {
+        if self.msgs.is_some() {
             // An early return or a panic: the error, if any, is the
             // caller's already.
             let _ = self.finish_msgs();
@@ -141,7 +141,7 @@ impl<'a> FastCall<'a> {
             group,
             ctx,
             op,
-            msgs: blocks::Msgs::default(),
+            msgs: None,
         }
     }
 
