@@ -4,8 +4,10 @@
 
 pub mod client;
 pub mod codec;
+pub mod conns;
 pub mod kvs_host;
 pub mod mapping;
+pub mod poller;
 pub mod server;
 pub mod slurm;
 pub mod wire;

@@ -143,7 +143,8 @@ fn run(opts: cli::Options) -> Result<i32, String> {
         opts.verbose,
         opts.kill_grace,
         opts.timeout,
-    );
+    )
+    .map_err(|e| format!("cannot set up the event loop: {e}"))?;
     let local_host = nix::unistd::gethostname()
         .ok()
         .and_then(|h| h.into_string().ok())
@@ -179,7 +180,11 @@ fn run(opts: cli::Options) -> Result<i32, String> {
                         local_host.clone()
                     }
                 });
-                job.add_rank(slot, host, s.child, s.pmi);
+                let rank = slot.rank;
+                if let Err(e) = job.add_rank(slot, host, s.child, s.pmi) {
+                    start_error = Some(format!("cannot watch rank {rank}: {e}"));
+                    break;
+                }
             }
             Err(e) => {
                 let what = match &slot.host {
