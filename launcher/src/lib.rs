@@ -12,5 +12,5 @@ pub mod server;
 pub mod slurm;
 pub mod wire;
 
-pub use client::{InitMode, Placement, Pmi, PmiError};
+pub use client::{InitMode, Placement, Pmi, PmiError, PmiStats};
 pub use mapping::NodeMap;

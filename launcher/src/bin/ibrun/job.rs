@@ -228,7 +228,10 @@ impl Job {
         self.running += 1;
         let mut result = Ok(());
         if let Some(fd) = pmi {
-            match self.conns.add(&self.poller, Stream::Unix(UnixStream::from(fd))) {
+            match self
+                .conns
+                .add(&self.poller, Stream::Unix(UnixStream::from(fd)))
+            {
                 Ok(id) => self.server.add_conn(id, Some(slot.rank)),
                 Err(e) => result = Err(e),
             }
@@ -619,10 +622,11 @@ impl Job {
             // that death, with how it ended, before the server tells the
             // others their barrier failed, or their error exits would be
             // blamed instead: wait (in the loop) for its exit status.
-            let unfinished = self
-                .server
-                .rank_of(id)
-                .filter(|&r| self.ranks.get(r).is_some_and(|x| !x.finalized && x.end.is_none()));
+            let unfinished = self.server.rank_of(id).filter(|&r| {
+                self.ranks
+                    .get(r)
+                    .is_some_and(|x| !x.finalized && x.end.is_none())
+            });
             match unfinished {
                 Some(r) => {
                     self.closing_conn.insert(r, id);

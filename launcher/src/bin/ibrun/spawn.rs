@@ -5,6 +5,7 @@ use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 
@@ -44,6 +45,9 @@ fn rank_vars(slot: &RankSlot, job: &JobEnv) -> Vec<(String, String)> {
         ("IBCOLL_LOCAL_RANK".into(), slot.local_rank.to_string()),
         ("IBCOLL_LOCAL_SIZE".into(), slot.local_size.to_string()),
         ("IBCOLL_NUM_NODES".into(), job.num_nodes.to_string()),
+        // ibcoll's client subscribes to news of lost ranks only from a
+        // server that names its own kvsname here (ibrun's is the job id).
+        ("IBCOLL_PMI_NOTIFY".into(), job.job_id.clone()),
     ];
     if job.stderr_tty {
         v.push(("IBCOLL_STDERR_TTY".into(), "1".into()));
@@ -52,15 +56,41 @@ fn rank_vars(slot: &RankSlot, job: &JobEnv) -> Vec<(String, String)> {
     v
 }
 
+/// The descriptor limit ibrun found, which its children get back (0: ibrun
+/// left it alone).
+static CHILD_NOFILE: AtomicU64 = AtomicU64::new(0);
+
+/// Each rank costs ibrun three or four descriptors (PMI socket, output pipes,
+/// input): raise the soft limit to the hard one so that a job of thousands
+/// of ranks does not run out at the common default of 1024. The ranks start
+/// with the limit ibrun was given.
+pub fn raise_fd_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+            CHILD_NOFILE.store(soft, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Runs in a forked child before exec: its own process group (so ibrun can
-/// signal all it starts), and none of the signals ibrun blocks for its
-/// signalfd stay blocked in the rank.
+/// signal all it starts), the descriptor limit ibrun was given, and none of
+/// the signals ibrun blocks for its signalfd stay blocked in the rank.
 pub fn child_setup() -> std::io::Result<()> {
-    // SAFETY: setpgid, sigemptyset and sigprocmask are async-signal-safe and
-    // operate on this (child) process and a local sigset only.
+    let nofile = CHILD_NOFILE.load(Ordering::Relaxed);
+    // SAFETY: setpgid, getrlimit, setrlimit, sigemptyset and sigprocmask are
+    // plain system calls, safe between fork and exec; they act on this
+    // (child) process and local structures only.
     unsafe {
         if libc::setpgid(0, 0) == -1 {
             return Err(std::io::Error::last_os_error());
+        }
+        if nofile > 0 {
+            let mut lim: libc::rlimit = std::mem::zeroed();
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+                lim.rlim_cur = nofile as libc::rlim_t;
+                libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+            }
         }
         unblock_all_signals()
     }
