@@ -481,9 +481,11 @@ impl Pmi {
     }
 
     /// The descriptor to watch for news of lost ranks: when it is readable,
-    /// call [`Pmi::take_failures`]. `None` where the process manager cannot
-    /// tell (Slurm's pmi2, hydra, a singleton) or has closed the connection
-    /// (check again after `take_failures`, and stop watching then).
+    /// call [`Pmi::take_failures`] (and call it before each wait too: news
+    /// that arrived during another PMI call was read then and no longer
+    /// makes the descriptor readable). `None` where the process manager
+    /// cannot tell (Slurm's pmi2, hydra, a singleton) or has closed the
+    /// connection (check again after `take_failures`; stop watching then).
     pub fn event_fd(&self) -> Option<RawFd> {
         if !self.notify || self.closed {
             return None;
@@ -492,12 +494,14 @@ impl Pmi {
     }
 
     /// Ranks the process manager reported lost since the last call, with how
-    /// each ended (e.g. "was killed by signal 9 (SIGKILL)"). Never blocks and
-    /// never takes a reply meant for a later call. Notifications that
-    /// arrived during another call were set aside then and no longer make
-    /// [`Pmi::event_fd`] readable, so also call this after other PMI calls.
-    /// Under `srun --mpi=none` the end of rank 0's store is reported as the
-    /// loss of rank 0.
+    /// each ended (e.g. "was killed by signal 9 (SIGKILL)"); each rank is
+    /// reported once. Never blocks and never takes a reply meant for a later
+    /// call. Notifications that arrived during another call were set aside
+    /// then and no longer make [`Pmi::event_fd`] readable: call this before
+    /// waiting on it. A fence that fails because a rank was lost has always
+    /// set that rank aside here. Under `srun --mpi=none` the end of rank 0's
+    /// store is reported as the loss of rank 0. Empty where the process
+    /// manager cannot tell.
     pub fn take_failures(&mut self) -> Vec<(usize, String)> {
         if self.notify && !self.closed {
             self.read_notifications();

@@ -115,6 +115,8 @@ pub struct PmiServer {
     failed_set: HashSet<usize>,
     /// Connections that asked to be told of lost ranks.
     subscribers: HashSet<ConnId>,
+    /// Set by [`PmiServer::stop_notifying`].
+    quiet: bool,
     work: u64,
 }
 
@@ -135,6 +137,7 @@ impl PmiServer {
             failed: Vec::new(),
             failed_set: HashSet::new(),
             subscribers: HashSet::new(),
+            quiet: false,
             work: 0,
         }
     }
@@ -175,7 +178,10 @@ impl PmiServer {
             return Vec::new();
         }
         let how = "disconnected before finalize";
-        let mut actions = vec![Action::Log(format!("PMI: rank {r} {how}"))];
+        let mut actions = Vec::new();
+        if self.lost.is_none() {
+            actions.push(Action::Log(format!("PMI: rank {r} {how}")));
+        }
         actions.extend(self.lose(r, how));
         actions
     }
@@ -199,6 +205,17 @@ impl PmiServer {
         self.failed_set.insert(r);
         self.failed.push((r, how.to_string()));
         let mut actions = Vec::new();
+        // Notifications go first: a subscriber whose fence fails below has
+        // then always been told why by the time it reads the error.
+        if !self.quiet {
+            let line = failed_line(r, how);
+            for &s in &self.subscribers {
+                self.work += 1;
+                if self.conns.get(&s).and_then(|c| c.rank) != Some(r) {
+                    actions.push(Action::Reply(s, line.clone()));
+                }
+            }
+        }
         if self.lost.is_none() {
             self.lost = Some((r, how.to_string()));
             let reply = error_reply("barrier_out", &format!("rank {r} {how}"));
@@ -211,14 +228,14 @@ impl PmiServer {
             }
             self.waiting = 0;
         }
-        let line = failed_line(r, how);
-        for &s in &self.subscribers {
-            self.work += 1;
-            if self.conns.get(&s).and_then(|c| c.rank) != Some(r) {
-                actions.push(Action::Reply(s, line.clone()));
-            }
-        }
         actions
+    }
+
+    /// The launcher is ending the job: ranks lost from now on are its own
+    /// doing, and are not announced one by one (N ranks ending would cost
+    /// N^2 lines).
+    pub fn stop_notifying(&mut self) {
+        self.quiet = true;
     }
 
     /// The rank behind a connection, when known.

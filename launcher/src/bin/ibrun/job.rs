@@ -308,6 +308,7 @@ impl Job {
         self.failure = Some(Failure {
             exit_code: if exit_code == 0 { 1 } else { exit_code },
         });
+        self.server.stop_notifying();
         self.signal_all(Signal::SIGTERM);
         self.term_sent_at = Some(Instant::now());
     }
@@ -415,6 +416,7 @@ impl Job {
                     self.failure = Some(Failure {
                         exit_code: 128 + sig,
                     });
+                    self.server.stop_notifying();
                     self.term_sent_at = Some(Instant::now());
                 }
                 _ => {}

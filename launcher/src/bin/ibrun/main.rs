@@ -9,6 +9,7 @@ mod spawn;
 
 use std::io::IsTerminal;
 use std::net::{IpAddr, SocketAddr, TcpListener, ToSocketAddrs, UdpSocket};
+use std::os::fd::AsRawFd;
 
 use ibcoll_launcher::mapping::format_process_mapping;
 use ibcoll_launcher::server::{PmiServer, ServerConfig};
@@ -103,7 +104,7 @@ fn run(opts: cli::Options) -> Result<i32, String> {
     let signals =
         job::block_signals().map_err(|e| format!("cannot set up signal handling: {e}"))?;
     let slots = plan::place(&opts)?;
-    spawn::raise_fd_limit();
+    spawn::raise_fd_limit(slots.len());
     let size = slots.len();
     let map = plan::node_map(&slots);
     let job_id = new_job_id();
@@ -117,10 +118,13 @@ fn run(opts: cli::Options) -> Result<i32, String> {
     }
     let listener = if !remotes.is_empty() || local_over_tcp {
         let ip = pick_pmi_addr(opts.pmi_addr.as_deref(), &remotes)?;
-        Some(
-            TcpListener::bind((ip, 0))
-                .map_err(|e| format!("cannot listen for PMI on {ip}: {e}"))?,
-        )
+        let l = TcpListener::bind((ip, 0))
+            .map_err(|e| format!("cannot listen for PMI on {ip}: {e}"))?;
+        // std listens with a backlog of 128; every rank connects at once,
+        // and a dropped SYN costs a second. Listening again resizes it.
+        // SAFETY: listen on the socket `l` owns, open for the call.
+        unsafe { libc::listen(l.as_raw_fd(), 4096) };
+        Some(l)
     } else {
         None
     };
@@ -175,6 +179,7 @@ fn run(opts: cli::Options) -> Result<i32, String> {
         .and_then(|h| h.into_string().ok())
         .unwrap_or_else(|| "localhost".into());
     let mut start_error = None;
+    let started_at = std::time::Instant::now();
     for slot in slots {
         let started = match &slot.host {
             None => {
@@ -226,6 +231,11 @@ fn run(opts: cli::Options) -> Result<i32, String> {
     }
     if let Some(e) = start_error {
         job.abort_start(&e);
+    } else if opts.verbose {
+        eprintln!(
+            "ibrun: started {size} rank(s) in {:.3} s",
+            started_at.elapsed().as_secs_f64()
+        );
     }
     let code = job.run();
     proxy::cleanup_shm(&job_id);

@@ -5,7 +5,6 @@ use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 
@@ -56,41 +55,30 @@ fn rank_vars(slot: &RankSlot, job: &JobEnv) -> Vec<(String, String)> {
     v
 }
 
-/// The descriptor limit ibrun found, which its children get back (0: ibrun
-/// left it alone).
-static CHILD_NOFILE: AtomicU64 = AtomicU64::new(0);
-
-/// Each rank costs ibrun three or four descriptors (PMI socket, output pipes,
-/// input): raise the soft limit to the hard one so that a job of thousands
-/// of ranks does not run out at the common default of 1024. The ranks start
-/// with the limit ibrun was given.
-pub fn raise_fd_limit() {
+/// Each rank costs ibrun three or four descriptors (PMI socket, output
+/// pipes, input): raise the soft limit as far as a job of `ranks` needs, so
+/// that thousands of ranks do not run out at the common default of 1024.
+/// Only as far as needed, since the ranks inherit it.
+pub fn raise_fd_limit(ranks: usize) {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let need = 4 * ranks as u64 + 256;
     if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
-        if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
-            CHILD_NOFILE.store(soft, Ordering::Relaxed);
+        if soft < need {
+            let _ = setrlimit(Resource::RLIMIT_NOFILE, need.min(hard), hard);
         }
     }
 }
 
 /// Runs in a forked child before exec: its own process group (so ibrun can
-/// signal all it starts), the descriptor limit ibrun was given, and none of
-/// the signals ibrun blocks for its signalfd stay blocked in the rank.
-pub fn child_setup() -> std::io::Result<()> {
-    let nofile = CHILD_NOFILE.load(Ordering::Relaxed);
-    // SAFETY: setpgid, getrlimit, setrlimit, sigemptyset and sigprocmask are
-    // plain system calls, safe between fork and exec; they act on this
-    // (child) process and local structures only.
+/// signal all it starts), and none of the signals ibrun blocks for its
+/// signalfd stay blocked in the rank. Only for ranks bound to a CPU: the
+/// others start through posix_spawn, which does both itself.
+fn child_setup() -> std::io::Result<()> {
+    // SAFETY: setpgid, sigemptyset and sigprocmask are async-signal-safe and
+    // operate on this (child) process and a local sigset only.
     unsafe {
         if libc::setpgid(0, 0) == -1 {
             return Err(std::io::Error::last_os_error());
-        }
-        if nofile > 0 {
-            let mut lim: libc::rlimit = std::mem::zeroed();
-            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
-                lim.rlim_cur = nofile as libc::rlim_t;
-                libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-            }
         }
         unblock_all_signals()
     }
@@ -185,29 +173,50 @@ pub fn start_local(
         pair = Some((parent, child_end));
     }
     let inherit_fd = pair.as_ref().map(|(_, c)| c.as_raw_fd());
-    // SAFETY: the closure runs in the forked child before exec and only calls
-    // async-signal-safe functions (fcntl, setpgid, sigprocmask,
-    // sched_setaffinity); the PMI descriptor stays open in the parent until
-    // spawn returns.
-    unsafe {
-        cmd.pre_exec(move || {
-            if let Some(fd) = inherit_fd {
-                if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
-                    return Err(std::io::Error::last_os_error());
+    if let Some(c) = cpu {
+        // SAFETY: the closure runs in the forked child before exec and only
+        // calls async-signal-safe functions (fcntl, setpgid, sigprocmask,
+        // sched_setaffinity); the PMI descriptor stays open in the parent
+        // until spawn returns.
+        unsafe {
+            cmd.pre_exec(move || {
+                if let Some(fd) = inherit_fd {
+                    if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
                 }
-            }
-            child_setup()?;
-            if let Some(c) = cpu {
-                bind_to_cpu(c)?;
-            }
-            Ok(())
-        });
+                child_setup()?;
+                bind_to_cpu(c)
+            });
+        }
+    } else {
+        // Without a closure std starts the rank with posix_spawn (a vfork,
+        // much cheaper than fork for many ranks), which sets the process
+        // group and clears the signal mask itself. The PMI end must then be
+        // inheritable: ibrun is single-threaded and starts one rank at a
+        // time, so no other child can inherit it before it is closed here.
+        cmd.process_group(0);
+        if let Some(fd) = inherit_fd {
+            set_cloexec(fd, false)?;
+        }
     }
-    let child = cmd.spawn()?;
+    let child = cmd.spawn();
+    if let Some(fd) = inherit_fd {
+        set_cloexec(fd, true)?;
+    }
     Ok(Started {
-        child,
+        child: child?,
         pmi: pair.map(|(parent, _child_end)| parent),
     })
+}
+
+fn set_cloexec(fd: std::os::fd::RawFd, on: bool) -> std::io::Result<()> {
+    let flag = if on { libc::FD_CLOEXEC } else { 0 };
+    // SAFETY: fcntl on a descriptor this process owns and keeps open.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, flag) } == -1 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Quotes a word for a POSIX shell.
@@ -293,10 +302,7 @@ pub fn start_remote(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // SAFETY: setpgid is async-signal-safe; it runs in the child before exec.
-    unsafe {
-        cmd.pre_exec(child_setup);
-    }
+    cmd.process_group(0);
     Ok(Started {
         child: cmd.spawn()?,
         pmi: None,
