@@ -38,4 +38,4 @@ scale+=("$IB -n 512 $FENCE")
 [ -n "$BASE" ] && scale+=("$BASE/ibrun -n 512 $BASE/examples/pmi_fence")
 scale+=("$IB -n 512 $CHECK ring")
 hyperfine --warmup 1 --runs "${SCALE_RUNS:-5}" --export-markdown "${OUT_SCALE:-/dev/stdout}" -N \
-  --output=null "${scale[@]}"
+  "${scale[@]}"

@@ -113,6 +113,17 @@ mod tests {
     use std::io::Write;
     use std::os::unix::net::UnixStream;
 
+    fn ready_tokens(p: &mut Poller) -> Vec<u64> {
+        let mut got: Vec<u64> = p
+            .wait(Some(Duration::from_secs(5)))
+            .unwrap()
+            .iter()
+            .map(|r| r.token)
+            .collect();
+        got.sort();
+        got
+    }
+
     #[test]
     fn reports_only_what_is_ready() {
         let mut p = Poller::new().unwrap();
@@ -124,24 +135,10 @@ mod tests {
         assert!(p.wait(Some(Duration::ZERO)).unwrap().is_empty());
         (&pairs[42].0).write_all(b"x").unwrap();
         (&pairs[7].0).write_all(b"y").unwrap();
-        let mut got: Vec<u64> = p
-            .wait(Some(Duration::from_secs(5)))
-            .unwrap()
-            .iter()
-            .map(|r| r.token)
-            .collect();
-        got.sort();
-        assert_eq!(got, vec![7, 42]);
+        assert_eq!(ready_tokens(&mut p), vec![7, 42]);
         p.modify(&pairs[3].1, 3, Interest::Write).unwrap();
         p.remove(&pairs[42].1);
-        let mut got: Vec<u64> = p
-            .wait(Some(Duration::from_secs(5)))
-            .unwrap()
-            .iter()
-            .map(|r| r.token)
-            .collect();
-        got.sort();
-        assert_eq!(got, vec![3, 7]);
+        assert_eq!(ready_tokens(&mut p), vec![3, 7]);
         drop(pairs);
     }
 

@@ -219,15 +219,22 @@ impl PmiServer {
         if self.lost.is_none() {
             self.lost = Some((r, how.to_string()));
             let reply = error_reply("barrier_out", &format!("rank {r} {how}"));
-            for w in std::mem::take(&mut self.barrier) {
-                self.work += 1;
-                if let Some(c) = self.conns.get_mut(&w).filter(|c| c.in_barrier) {
-                    c.in_barrier = false;
-                    actions.push(Action::Reply(w, reply.clone()));
-                }
-            }
-            self.waiting = 0;
+            actions.extend(self.release_barrier(&reply));
         }
+        actions
+    }
+
+    /// Sends `reply` to every connection still in the barrier and empties it.
+    fn release_barrier(&mut self, reply: &str) -> Vec<Action> {
+        let mut actions = Vec::with_capacity(self.waiting);
+        for w in std::mem::take(&mut self.barrier) {
+            self.work += 1;
+            if let Some(c) = self.conns.get_mut(&w).filter(|c| c.in_barrier) {
+                c.in_barrier = false;
+                actions.push(Action::Reply(w, reply.to_string()));
+            }
+        }
+        self.waiting = 0;
         actions
     }
 
@@ -452,16 +459,7 @@ impl PmiServer {
                     return Ok(Vec::new());
                 }
                 let out = Command::new("barrier_out").arg("rc", 0).to_line();
-                let mut actions = Vec::with_capacity(self.waiting);
-                for w in std::mem::take(&mut self.barrier) {
-                    self.work += 1;
-                    if let Some(c) = self.conns.get_mut(&w).filter(|c| c.in_barrier) {
-                        c.in_barrier = false;
-                        actions.push(Action::Reply(w, out.clone()));
-                    }
-                }
-                self.waiting = 0;
-                Ok(actions)
+                Ok(self.release_barrier(&out))
             }
             NOTIFY_CMD => {
                 if self.rank_of(id).is_none() {

@@ -110,13 +110,6 @@ fn store_tells_survivors_and_finds_a_node_by_its_slurm_address() {
         let (code, stdout, _) = &out[rank];
         assert_eq!(*code, 0, "task {rank}");
         assert!(stdout.contains("mode=Slurm"), "{stdout}");
-        let line = stdout
-            .lines()
-            .find(|l| l.starts_with(&format!("pmi_check rank {rank} told (")))
-            .unwrap_or_else(|| panic!("task {rank} was not told"));
-        assert!(
-            line.ends_with("): rank 1 disconnected before finalize"),
-            "{line}"
-        );
+        assert_told(stdout, &[rank], 1, "disconnected before finalize");
     }
 }
