@@ -3,20 +3,30 @@
 //! It connects the way MPICH's simple PMI does — an inherited socket in
 //! `PMI_FD` (ibrun, hydra, `srun --mpi=pmi2`), a TCP address in `PMI_PORT`
 //! with `PMI_ID` (remote ranks of ibrun), or nothing (a singleton of size 1) —
-//! and adds what ibcoll needs on top: binary values of any length, and the
-//! placement of every rank on nodes.
+//! and adds what ibcoll needs on top: binary values of any length, the
+//! placement of every rank on nodes, counters of its PMI traffic
+//! ([`Pmi::stats`]), and news of lost ranks where the server offers it
+//! ([`Pmi::event_fd`], [`Pmi::take_failures`]).
+//!
+//! Lost ranks: ibrun and the `srun --mpi=none` store tell a client that sent
+//! `cmd=ibcoll_notify` of every rank that ends without finalizing, with
+//! unsolicited `cmd=ibcoll_failed` lines. Other PMI servers (Slurm's pmi2,
+//! hydra) know no such command, so the client sends it only to a server that
+//! said it understands: ibrun names its kvsname in `IBCOLL_PMI_NOTIFY`; the
+//! store is ibcoll's own. Such lines may arrive at any time, also in the
+//! middle of a reply's wait; they are set aside, never taken for a reply.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::env;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::os::fd::{FromRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::time::Duration;
 
 use crate::codec;
 use crate::mapping::{self, NodeMap};
-use crate::server::escape_message;
+use crate::server::{escape_message, unescape_message, FAILED_CMD, NOTIFY_CMD};
 use crate::slurm::SlurmStep;
 use crate::wire::{self, Command, LineBuffer};
 
@@ -43,6 +53,19 @@ pub struct PmiError {
     pub rank: usize,
     pub op: &'static str,
     pub detail: String,
+}
+
+/// What this rank asked of the process manager, for `IBCOLL_STATS`. Each
+/// counts requests sent to it (a singleton sends none): a value that
+/// [`Pmi::put`] splits into k chunks counts k + 1 puts, and reading it back
+/// k + 1 gets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PmiStats {
+    pub puts: u64,
+    pub gets: u64,
+    pub fences: u64,
+    /// Bytes of the values received (as they travel: encoded text).
+    pub bytes_fetched: u64,
 }
 
 /// Where this rank sits.
@@ -74,6 +97,12 @@ impl Stream {
             Stream::Tcp(t) => t.read(b),
         }
     }
+    fn raw(&self) -> RawFd {
+        match self {
+            Stream::Fd(f) => f.as_raw_fd(),
+            Stream::Tcp(t) => t.as_raw_fd(),
+        }
+    }
 }
 
 struct Conn {
@@ -99,6 +128,16 @@ pub struct Pmi {
     finalized: bool,
     /// Rank 0's key-value server under `srun --mpi=none`.
     kvs_thread: Option<std::thread::JoinHandle<()>>,
+    /// The server agreed to tell us of lost ranks.
+    notify: bool,
+    /// Lost ranks told of and not yet taken.
+    failures: Vec<(usize, String)>,
+    /// Lines read past a reply that are not notifications (a confused
+    /// server's); the next call reads them first, as it would have.
+    early: VecDeque<Command>,
+    /// The process manager closed the connection.
+    closed: bool,
+    stats: PmiStats,
 }
 
 fn env_usize(name: &str) -> Option<usize> {
@@ -167,6 +206,11 @@ impl Pmi {
             local_kvs: HashMap::new(),
             finalized: false,
             kvs_thread: None,
+            notify: false,
+            failures: Vec::new(),
+            early: VecDeque::new(),
+            closed: false,
+            stats: PmiStats::default(),
         };
         match mode {
             InitMode::Singleton => {
@@ -238,9 +282,24 @@ impl Pmi {
         pmi.universe_size = r.require_int("size").unwrap_or(pmi.size as i64).max(0) as usize;
         let r = pmi.call("get_appnum", Command::new("get_appnum"), "appnum")?;
         pmi.appnum = r.require_int("appnum").unwrap_or(0);
+        if pmi.server_can_notify() {
+            let r = pmi.call(NOTIFY_CMD, Command::new(NOTIFY_CMD), "ibcoll_notify_result")?;
+            pmi.notify = pmi.check_rc(NOTIFY_CMD, &r).is_ok();
+        }
         pmi.job_id = env::var("IBCOLL_JOB_ID").unwrap_or_else(|_| pmi.kvsname.clone());
         pmi.placement = pmi.resolve_placement()?;
         Ok(pmi)
+    }
+
+    /// Whether the server is one that understands `ibcoll_notify` (see the
+    /// module docs); `IBCOLL_PMI_NOTIFY=0` turns the subscription off.
+    fn server_can_notify(&self) -> bool {
+        let var = env::var("IBCOLL_PMI_NOTIFY").ok();
+        match self.mode {
+            InitMode::Slurm => var.as_deref() != Some("0"),
+            InitMode::Fd | InitMode::Port => var.as_deref() == Some(self.kvsname.as_str()),
+            InitMode::Singleton => false,
+        }
     }
 
     fn handshake_port(&mut self, id: usize) -> Result<(), PmiError> {
@@ -369,25 +428,119 @@ impl Pmi {
             })
     }
 
+    /// The next line that is not a notification; notifications read on the
+    /// way, and any complete after it, are set aside for
+    /// [`Pmi::take_failures`].
     fn recv(&mut self, op: &'static str) -> Result<Command, PmiError> {
         let rank = self.rank;
         let mk = |detail: String| PmiError { rank, op, detail };
+        if let Some(c) = self.early.pop_front() {
+            return Ok(c);
+        }
         let conn = self
             .conn
             .as_mut()
             .ok_or_else(|| mk("no process manager (singleton)".into()))?;
         let mut buf = [0u8; 4096];
-        loop {
+        let reply = loop {
             if let Some(line) = conn.lines.next_line().map_err(|e| mk(e.to_string()))? {
-                return wire::parse_line(&line).map_err(|e| mk(format!("bad reply: {e}")));
+                let c = wire::parse_line(&line).map_err(|e| mk(format!("bad reply: {e}")))?;
+                if c.name == FAILED_CMD {
+                    self.failures.extend(parse_failure(&c));
+                    continue;
+                }
+                break c;
             }
             match conn.stream.read(&mut buf) {
-                Ok(0) => return Err(mk("the process manager closed the connection".into())),
+                Ok(0) => {
+                    self.closed = true;
+                    return Err(mk("the process manager closed the connection".into()));
+                }
                 Ok(n) => conn.lines.extend(&buf[..n]),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(mk(format!("read from the process manager failed: {e}"))),
             }
+        };
+        // Lines already read no longer make the descriptor readable: sort
+        // them now so that no notification waits unseen in the buffer.
+        self.sort_buffered_lines();
+        Ok(reply)
+    }
+
+    fn sort_buffered_lines(&mut self) {
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        while let Ok(Some(line)) = conn.lines.next_line() {
+            match wire::parse_line(&line) {
+                Ok(c) if c.name == FAILED_CMD => self.failures.extend(parse_failure(&c)),
+                Ok(c) => self.early.push_back(c),
+                Err(_) => {}
+            }
         }
+    }
+
+    /// The descriptor to watch for news of lost ranks: when it is readable,
+    /// call [`Pmi::take_failures`] (and call it before each wait too: news
+    /// that arrived during another PMI call was read then and no longer
+    /// makes the descriptor readable). `None` where the process manager
+    /// cannot tell (Slurm's pmi2, hydra, a singleton) or has closed the
+    /// connection (check again after `take_failures`; stop watching then).
+    pub fn event_fd(&self) -> Option<RawFd> {
+        if !self.notify || self.closed {
+            return None;
+        }
+        self.conn.as_ref().map(|c| c.stream.raw())
+    }
+
+    /// Ranks the process manager reported lost since the last call, with how
+    /// each ended (e.g. "was killed by signal 9 (SIGKILL)"); each rank is
+    /// reported once. Never blocks and never takes a reply meant for a later
+    /// call. Notifications that arrived during another call were set aside
+    /// then and no longer make [`Pmi::event_fd`] readable: call this before
+    /// waiting on it. A fence that fails because a rank was lost has always
+    /// set that rank aside here. Under `srun --mpi=none` the end of rank 0's
+    /// store is reported as the loss of rank 0. Empty where the process
+    /// manager cannot tell.
+    pub fn take_failures(&mut self) -> Vec<(usize, String)> {
+        if self.notify && !self.closed {
+            self.read_notifications();
+        }
+        std::mem::take(&mut self.failures)
+    }
+
+    fn read_notifications(&mut self) {
+        use nix::sys::socket::{recv, MsgFlags};
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        let fd = conn.stream.raw();
+        let mut buf = [0u8; 4096];
+        loop {
+            match recv(fd, &mut buf, MsgFlags::MSG_DONTWAIT) {
+                Ok(0) => {
+                    self.closed = true;
+                    if self.mode == InitMode::Slurm && self.rank != 0 {
+                        self.failures
+                            .push((0, "ended: its key-value store closed the connection".into()));
+                    }
+                    break;
+                }
+                Ok(n) => conn.lines.extend(&buf[..n]),
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(nix::errno::Errno::EAGAIN) => break,
+                Err(_) => {
+                    self.closed = true;
+                    break;
+                }
+            }
+        }
+        self.sort_buffered_lines();
+    }
+
+    /// Counts of this rank's requests so far.
+    pub fn stats(&self) -> PmiStats {
+        self.stats
     }
 
     fn call(&mut self, op: &'static str, cmd: Command, expect: &str) -> Result<Command, PmiError> {
@@ -439,6 +592,7 @@ impl Pmi {
             .arg("kvsname", &self.kvsname)
             .arg("key", key)
             .arg("value", value);
+        self.stats.puts += 1;
         let r = self.call("put", cmd, "put_result")?;
         self.check_rc("put", &r)
     }
@@ -454,9 +608,14 @@ impl Pmi {
         let cmd = Command::new("get")
             .arg("kvsname", &self.kvsname)
             .arg("key", key);
+        self.stats.gets += 1;
         let r = self.call("get", cmd, "get_result")?;
         match r.get("rc").map(str::trim) {
-            None | Some("0") => Ok(Some(r.get("value").unwrap_or("").to_string())),
+            None | Some("0") => {
+                let v = r.get("value").unwrap_or("");
+                self.stats.bytes_fetched += v.len() as u64;
+                Ok(Some(v.to_string()))
+            }
             Some(_) => Ok(None),
         }
     }
@@ -538,6 +697,7 @@ impl Pmi {
         if self.conn.is_none() {
             return Ok(());
         }
+        self.stats.fences += 1;
         let r = self.call("fence", Command::new("barrier_in"), "barrier_out")?;
         self.check_rc("fence", &r)
     }
@@ -632,6 +792,12 @@ impl Drop for Pmi {
     }
 }
 
+/// A notification's rank and text; `None` for a malformed one.
+fn parse_failure(c: &Command) -> Option<(usize, String)> {
+    let rank = c.get("rank")?.parse().ok()?;
+    Some((rank, unescape_message(c.get("reason").unwrap_or(""))))
+}
+
 fn forced_singleton() -> bool {
     env::var("IBCOLL_BOOTSTRAP").is_ok_and(|v| v == "singleton")
 }
@@ -649,10 +815,16 @@ fn slurm_connect(step: &SlurmStep) -> Result<(TcpStream, KvsThread), String> {
         .unwrap_or(60.0);
     let kvsname = step.kvsname();
     let mut thread = None;
-    let mut targets: Vec<(String, u16)> = ports
-        .iter()
-        .map(|&p| (step.first_host.clone(), p))
-        .collect();
+    let mut targets: Vec<(String, u16)> = Vec::new();
+    if step.rank != 0 {
+        let host = crate::slurm::node_address(&step.first_host).map_err(|e| {
+            format!(
+                "cannot find the key-value server of Slurm job {} step {} on {}: {e}",
+                step.job_id, step.step_id, step.first_host
+            )
+        })?;
+        targets = ports.iter().map(|&p| (host.clone(), p)).collect();
+    }
     if step.rank == 0 {
         let mut errors = Vec::new();
         for &p in &ports {

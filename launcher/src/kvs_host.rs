@@ -1,128 +1,89 @@
 //! A PMI-1 server on a thread of rank 0, for launchers that offer none
-//! (`srun --mpi=none`). It runs the same state machine as ibrun's server.
+//! (`srun --mpi=none`). It runs the same state machine as ibrun's server,
+//! on the same epoll loop: a wakeup costs what is ready. Without a launcher
+//! to watch the tasks, a task is lost when its connection closes before
+//! finalize; the subscribed tasks are told at once.
 
-use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
+use std::net::TcpListener;
 use std::thread::JoinHandle;
-use std::time::Duration;
 
-use crate::server::{Action, ConnId, PmiServer, ServerConfig};
-use crate::wire::LineBuffer;
+use crate::conns::{Conns, Stream};
+use crate::poller::{Interest, Poller};
+use crate::server::{Action, PmiServer, ServerConfig};
 
-struct Conn {
-    stream: TcpStream,
-    lines: LineBuffer,
-}
+const LISTENER: u64 = 0;
+const CONN_BASE: u64 = 1;
 
 /// Serves until every rank has finalized or gone away.
 pub fn spawn(listener: TcpListener, cfg: ServerConfig) -> std::io::Result<JoinHandle<()>> {
     listener.set_nonblocking(true)?;
+    let poller = Poller::new()?;
+    poller.add(&listener, LISTENER, Interest::Read)?;
     std::thread::Builder::new()
         .name("ibcoll-kvs".into())
-        .spawn(move || serve(listener, cfg))
+        .spawn(move || serve(listener, poller, cfg))
 }
 
-fn serve(listener: TcpListener, cfg: ServerConfig) {
+fn serve(listener: TcpListener, mut poller: Poller, cfg: ServerConfig) {
     let size = cfg.size;
     let mut server = PmiServer::new(cfg);
-    let mut conns: HashMap<ConnId, Conn> = HashMap::new();
-    let mut next: ConnId = 0;
+    let mut conns = Conns::new(CONN_BASE);
     let mut done = 0usize; // ranks that finalized or disconnected after joining
     let mut buf = vec![0u8; 16 * 1024];
     while done < size {
-        let mut fds = vec![libc::pollfd {
-            fd: listener.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        }];
-        let ids: Vec<ConnId> = conns.keys().copied().collect();
-        for id in &ids {
-            fds.push(libc::pollfd {
-                fd: conns[id].stream.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            });
-        }
-        // SAFETY: a valid pollfd array with its true length; every descriptor
-        // is owned by `listener` or `conns`, which outlive the call.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 1000) };
-        if n <= 0 {
-            continue;
-        }
-        if fds[0].revents != 0 {
-            while let Ok((s, _)) = listener.accept() {
-                let _ = s.set_nonblocking(true);
-                let _ = s.set_nodelay(true);
-                let _ = s.set_write_timeout(Some(Duration::from_secs(10)));
-                server.add_conn(next, None);
-                conns.insert(
-                    next,
-                    Conn {
-                        stream: s,
-                        lines: LineBuffer::new(),
-                    },
-                );
-                next += 1;
+        let ready = match poller.wait(None) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("ibcoll: key-value server: epoll failed: {e}");
+                return;
             }
-        }
-        for (pfd, id) in fds[1..].iter().zip(ids) {
-            if pfd.revents == 0 {
-                continue;
-            }
-            let mut closed = false;
-            let mut lines = Vec::new();
-            if let Some(c) = conns.get_mut(&id) {
-                loop {
-                    match c.stream.read(&mut buf) {
-                        Ok(0) => {
-                            closed = true;
-                            break;
-                        }
-                        Ok(k) => c.lines.extend(&buf[..k]),
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                        Err(_) => {
-                            closed = true;
-                            break;
-                        }
+        };
+        for ev in ready {
+            if ev.token == LISTENER {
+                while let Ok((s, _)) = listener.accept() {
+                    match conns.add(&poller, Stream::Tcp(s)) {
+                        Ok(id) => server.add_conn(id, None),
+                        Err(e) => eprintln!("ibcoll: key-value server: {e}"),
                     }
                 }
-                while let Ok(Some(l)) = c.lines.next_line() {
-                    lines.push(l);
-                }
+                continue;
             }
-            for l in lines {
-                let actions = server.handle_line(id, &l);
-                done += apply(&mut conns, actions);
+            let Some(id) = conns.id_of(ev.token) else {
+                continue;
+            };
+            if ev.writable {
+                conns.flush(&poller, id);
             }
-            if closed {
+            if !(ev.readable || ev.closed) {
+                continue;
+            }
+            let got = conns.read(id, &mut buf);
+            for line in got.lines {
+                let actions = match line {
+                    Ok(l) => server.handle_line(id, &l),
+                    Err(e) => vec![Action::Log(format!("PMI: connection {id}: {e}"))],
+                };
+                done += apply(&poller, &mut conns, actions);
+            }
+            if got.closed {
                 if server.rank_of(id).is_some() && !server.is_finalized(id) {
                     done += 1;
                 }
                 let actions = server.remove_conn(id);
-                done += apply(&mut conns, actions);
-                conns.remove(&id);
+                conns.remove(&poller, id);
+                done += apply(&poller, &mut conns, actions);
             }
         }
     }
+    conns.drain(std::time::Duration::from_secs(10));
 }
 
 /// Carries out the server's actions; returns how many ranks finalized.
-fn apply(conns: &mut HashMap<ConnId, Conn>, actions: Vec<Action>) -> usize {
+fn apply(poller: &Poller, conns: &mut Conns, actions: Vec<Action>) -> usize {
     let mut finalized = 0;
     for a in actions {
         match a {
-            Action::Reply(to, text) => {
-                if let Some(c) = conns.get_mut(&to) {
-                    // Replies are small and clients read them at once; a
-                    // stuck client hits the write timeout.
-                    let _ = c.stream.set_nonblocking(false);
-                    let _ = c.stream.write_all(text.as_bytes());
-                    let _ = c.stream.set_nonblocking(true);
-                }
-            }
+            Action::Reply(to, text) => conns.send(poller, to, text.as_bytes()),
             Action::Log(m) => eprintln!("ibcoll: {m}"),
             Action::Finalized(_) => finalized += 1,
             Action::Abort {

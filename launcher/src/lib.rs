@@ -4,11 +4,13 @@
 
 pub mod client;
 pub mod codec;
+pub mod conns;
 pub mod kvs_host;
 pub mod mapping;
+pub mod poller;
 pub mod server;
 pub mod slurm;
 pub mod wire;
 
-pub use client::{InitMode, Placement, Pmi, PmiError};
+pub use client::{InitMode, Placement, Pmi, PmiError, PmiStats};
 pub use mapping::NodeMap;

@@ -5,6 +5,17 @@
 //! log lines, an abort). Keeping I/O out makes every protocol path testable
 //! without processes, and guarantees that a malformed line can only produce an
 //! error reply, never a crash or a stuck barrier.
+//!
+//! Costs, for N ranks: a put or get is one hash-map operation, a barrier
+//! costs O(N) in all (O(1) per `barrier_in`, O(N) to release it), and memory
+//! is O(N + bytes put). [`PmiServer::work`] counts the steps so that tests can
+//! hold the server to that at any scale.
+//!
+//! Beyond PMI-1, a client that sends `cmd=ibcoll_notify` (ibcoll's does, when
+//! its launcher says the server understands it) is told of every rank that
+//! ends without finalizing, by unsolicited `cmd=ibcoll_failed rank=R
+//! reason=TEXT` lines, so that it can fail operations on that rank at once.
+//! Other clients never see such a line.
 
 use std::collections::{HashMap, HashSet};
 
@@ -13,6 +24,11 @@ use crate::wire::{self, Command};
 /// PMI-1 servers (MPICH's, Slurm's) read 1024-byte lines; refusing longer
 /// puts here keeps clients tested under ibrun honest elsewhere.
 pub const PMI1_LINE_MAX: usize = 1024;
+
+/// The command a client sends to be told of lost ranks.
+pub const NOTIFY_CMD: &str = "ibcoll_notify";
+/// The unsolicited line that tells a subscribed client of a lost rank.
+pub const FAILED_CMD: &str = "ibcoll_failed";
 
 /// Identifies one client connection inside the launcher.
 pub type ConnId = usize;
@@ -71,6 +87,8 @@ struct Conn {
     /// Sent `init`: from then on it takes part in barriers.
     initialized: bool,
     finalized: bool,
+    /// Waiting in the current barrier.
+    in_barrier: bool,
 }
 
 /// The server state of one job.
@@ -78,69 +96,153 @@ struct Conn {
 pub struct PmiServer {
     cfg: ServerConfig,
     kvs: HashMap<String, String>,
+    /// Bytes of keys and values held in `kvs`.
+    kvs_bytes: usize,
     conns: HashMap<ConnId, Conn>,
-    ranks_seen: HashSet<usize>,
-    in_barrier: Vec<ConnId>,
-    /// The first rank that left without finalizing.
-    lost: Option<usize>,
+    /// The connection each rank had (kept after it closes: a rank joins once).
+    by_rank: HashMap<usize, ConnId>,
+    /// Ranks that sent `finalize`.
+    finalized: HashSet<usize>,
+    /// Connections that entered the current barrier, in order; an entry
+    /// whose connection has since gone (or left the barrier) is skipped.
+    barrier: Vec<ConnId>,
+    /// Connections counted in the current barrier.
+    waiting: usize,
+    /// The first rank that can no longer take part, and how it ended.
+    lost: Option<(usize, String)>,
+    /// Every rank reported lost, in order, and the same as a set.
+    failed: Vec<(usize, String)>,
+    failed_set: HashSet<usize>,
+    /// Connections that asked to be told of lost ranks.
+    subscribers: HashSet<ConnId>,
+    /// Set by [`PmiServer::stop_notifying`].
+    quiet: bool,
+    work: u64,
 }
 
 impl PmiServer {
     pub fn new(cfg: ServerConfig) -> Self {
-        let kvs = cfg.preset.iter().cloned().collect();
+        let kvs: HashMap<String, String> = cfg.preset.iter().cloned().collect();
+        let kvs_bytes = kvs.iter().map(|(k, v)| k.len() + v.len()).sum();
         PmiServer {
             cfg,
             kvs,
+            kvs_bytes,
             conns: HashMap::new(),
-            ranks_seen: HashSet::new(),
-            in_barrier: Vec::new(),
+            by_rank: HashMap::new(),
+            finalized: HashSet::new(),
+            barrier: Vec::new(),
+            waiting: 0,
             lost: None,
+            failed: Vec::new(),
+            failed_set: HashSet::new(),
+            subscribers: HashSet::new(),
+            quiet: false,
+            work: 0,
         }
     }
 
     /// Registers a connection; `rank` is known for socketpair connections and
     /// learned from `initack` for TCP ones.
     pub fn add_conn(&mut self, id: ConnId, rank: Option<usize>) {
+        self.work += 1;
         if let Some(r) = rank {
-            self.ranks_seen.insert(r);
+            self.by_rank.insert(r, id);
         }
         self.conns.insert(
             id,
             Conn {
                 rank,
-                initialized: false,
-                finalized: false,
+                ..Conn::default()
             },
         );
     }
 
     /// Forgets a closed connection. A rank that leaves without finalizing
     /// can never enter another barrier, so every barrier, present and future,
-    /// fails with an error naming it instead of waiting forever.
+    /// fails with an error naming it instead of waiting forever, and the
+    /// subscribed ranks are told.
     pub fn remove_conn(&mut self, id: ConnId) -> Vec<Action> {
+        self.work += 1;
         let Some(c) = self.conns.remove(&id) else {
             return Vec::new();
         };
-        self.in_barrier.retain(|&w| w != id);
-        match c.rank {
-            Some(r) if c.initialized && !c.finalized && self.lost.is_none() => {
-                self.lost = Some(r);
-                let reply = error_reply(
-                    "barrier_out",
-                    &format!("rank {r} disconnected before finalize"),
-                );
-                let mut actions = vec![Action::Log(format!(
-                    "PMI: rank {r} disconnected before finalize"
-                ))];
-                actions.extend(
-                    self.in_barrier
-                        .drain(..)
-                        .map(|w| Action::Reply(w, reply.clone())),
-                );
-                actions
-            }
-            _ => Vec::new(),
+        self.subscribers.remove(&id);
+        if c.in_barrier {
+            self.waiting -= 1;
         }
+        let Some(r) = c.rank else {
+            return Vec::new();
+        };
+        if !c.initialized || c.finalized || self.failed_set.contains(&r) {
+            return Vec::new();
+        }
+        let how = "disconnected before finalize";
+        let mut actions = Vec::new();
+        if self.lost.is_none() {
+            actions.push(Action::Log(format!("PMI: rank {r} {how}")));
+        }
+        actions.extend(self.lose(r, how));
+        actions
+    }
+
+    /// The launcher saw rank `rank` end without finalizing (`how`: e.g.
+    /// "was killed by signal 9 (SIGKILL)"): fail the barriers it will never
+    /// join and tell the subscribed ranks. Ranks already reported, or that
+    /// finalized, are left alone.
+    pub fn rank_ended(&mut self, rank: usize, how: &str) -> Vec<Action> {
+        self.work += 1;
+        if self.finalized.contains(&rank)
+            || rank >= self.cfg.size
+            || self.failed_set.contains(&rank)
+        {
+            return Vec::new();
+        }
+        self.lose(rank, how)
+    }
+
+    fn lose(&mut self, r: usize, how: &str) -> Vec<Action> {
+        self.failed_set.insert(r);
+        self.failed.push((r, how.to_string()));
+        let mut actions = Vec::new();
+        // Notifications go first: a subscriber whose fence fails below has
+        // then always been told why by the time it reads the error.
+        if !self.quiet {
+            let line = failed_line(r, how);
+            for &s in &self.subscribers {
+                self.work += 1;
+                if self.conns.get(&s).and_then(|c| c.rank) != Some(r) {
+                    actions.push(Action::Reply(s, line.clone()));
+                }
+            }
+        }
+        if self.lost.is_none() {
+            self.lost = Some((r, how.to_string()));
+            let reply = error_reply("barrier_out", &format!("rank {r} {how}"));
+            actions.extend(self.release_barrier(&reply));
+        }
+        actions
+    }
+
+    /// Sends `reply` to every connection still in the barrier and empties it.
+    fn release_barrier(&mut self, reply: &str) -> Vec<Action> {
+        let mut actions = Vec::with_capacity(self.waiting);
+        for w in std::mem::take(&mut self.barrier) {
+            self.work += 1;
+            if let Some(c) = self.conns.get_mut(&w).filter(|c| c.in_barrier) {
+                c.in_barrier = false;
+                actions.push(Action::Reply(w, reply.to_string()));
+            }
+        }
+        self.waiting = 0;
+        actions
+    }
+
+    /// The launcher is ending the job: ranks lost from now on are its own
+    /// doing, and are not announced one by one (N ranks ending would cost
+    /// N^2 lines).
+    pub fn stop_notifying(&mut self) {
+        self.quiet = true;
     }
 
     /// The rank behind a connection, when known.
@@ -155,11 +257,28 @@ impl PmiServer {
 
     /// Number of ranks currently waiting in the barrier.
     pub fn barrier_waiting(&self) -> usize {
-        self.in_barrier.len()
+        self.waiting
+    }
+
+    /// The ranks reported lost so far, in order, with how each ended.
+    pub fn failed(&self) -> &[(usize, String)] {
+        &self.failed
+    }
+
+    /// Bytes of keys and values stored (presets included).
+    pub fn stored_bytes(&self) -> usize {
+        self.kvs_bytes
+    }
+
+    /// Steps taken so far: one per line, connection event and element
+    /// visited in any loop. Tests compare it with the job's size.
+    pub fn work(&self) -> u64 {
+        self.work
     }
 
     /// Handles one line from connection `id`.
     pub fn handle_line(&mut self, id: ConnId, line: &[u8]) -> Vec<Action> {
+        self.work += 1;
         let who = self.describe(id);
         let cmd = match wire::parse_line(line) {
             Ok(c) => c,
@@ -227,15 +346,17 @@ impl PmiServer {
                         .ok_or_else(|| {
                             format!("pmiid {raw:?} is not a rank below {}", self.cfg.size)
                         })?;
-                if self.conns.get(&id).and_then(|c| c.rank).is_some() {
-                    return Err("initack on a connection that already has a rank".into());
-                }
-                if !self.ranks_seen.insert(r) {
+                if self.by_rank.contains_key(&r) {
                     return Err(format!("rank {r} is already connected"));
                 }
-                if let Some(c) = self.conns.get_mut(&id) {
-                    c.rank = Some(r);
+                let Some(c) = self.conns.get_mut(&id) else {
+                    return Err("initack on an unknown connection".into());
+                };
+                if c.rank.is_some() {
+                    return Err("initack on a connection that already has a rank".into());
                 }
+                c.rank = Some(r);
+                self.by_rank.insert(r, id);
                 let text = [
                     Command::new("initack").arg("rc", 0),
                     Command::new("set").arg("size", self.cfg.size),
@@ -292,7 +413,10 @@ impl PmiServer {
                         self.cfg.vallen_max
                     ));
                 }
-                self.kvs.insert(key.to_string(), value.to_string());
+                self.kvs_bytes += key.len() + value.len();
+                if let Some(old) = self.kvs.insert(key.to_string(), value.to_string()) {
+                    self.kvs_bytes -= key.len() + old.len();
+                }
                 reply(
                     Command::new("put_result")
                         .arg("rc", 0)
@@ -319,22 +443,36 @@ impl PmiServer {
                 }
             }
             "barrier_in" => {
-                if self.in_barrier.contains(&id) {
+                let Some(c) = self.conns.get_mut(&id) else {
+                    return Err("barrier_in on an unknown connection".into());
+                };
+                if c.in_barrier {
                     return Err("barrier_in twice without barrier_out".into());
                 }
-                if let Some(r) = self.lost {
-                    return Err(format!("rank {r} disconnected before finalize"));
+                if let Some((r, how)) = &self.lost {
+                    return Err(format!("rank {r} {how}"));
                 }
-                self.in_barrier.push(id);
-                if self.in_barrier.len() < self.cfg.size {
+                c.in_barrier = true;
+                self.barrier.push(id);
+                self.waiting += 1;
+                if self.waiting < self.cfg.size {
                     return Ok(Vec::new());
                 }
                 let out = Command::new("barrier_out").arg("rc", 0).to_line();
-                Ok(self
-                    .in_barrier
-                    .drain(..)
-                    .map(|c| Action::Reply(c, out.clone()))
-                    .collect())
+                Ok(self.release_barrier(&out))
+            }
+            NOTIFY_CMD => {
+                if self.rank_of(id).is_none() {
+                    return Err(format!("{NOTIFY_CMD} before the rank is known"));
+                }
+                self.subscribers.insert(id);
+                // Ranks lost before this one asked are reported at once.
+                let mut text = Command::new("ibcoll_notify_result").arg("rc", 0).to_line();
+                for (r, how) in &self.failed {
+                    self.work += 1;
+                    text.push_str(&failed_line(*r, how));
+                }
+                Ok(vec![Action::Reply(id, text)])
             }
             "finalize" => {
                 let mut actions = vec![Action::Reply(
@@ -344,7 +482,9 @@ impl PmiServer {
                 if let Some(c) = self.conns.get_mut(&id) {
                     if !c.finalized {
                         c.finalized = true;
+                        self.subscribers.remove(&id);
                         if let Some(r) = c.rank {
+                            self.finalized.insert(r);
                             actions.push(Action::Finalized(r));
                         }
                     }
@@ -410,6 +550,14 @@ fn error_reply(name: &str, msg: &str) -> String {
         .take(200)
         .collect();
     Command::new(name).arg("rc", -1).arg("msg", msg).to_line()
+}
+
+/// The notification of a lost rank.
+pub fn failed_line(rank: usize, how: &str) -> String {
+    Command::new(FAILED_CMD)
+        .arg("rank", rank)
+        .arg("reason", escape_message(how))
+        .to_line()
 }
 
 /// Escapes free text for a PMI value (`%XX` for separators), as the client's
@@ -557,6 +705,172 @@ mod tests {
         s.handle_line(1, b"cmd=finalize");
         assert!(s.remove_conn(1).is_empty());
         assert!(s.handle_line(0, b"cmd=barrier_in").is_empty());
+    }
+
+    #[test]
+    fn subscribers_learn_of_lost_ranks() {
+        let mut s = server(4);
+        for r in 0..4 {
+            s.handle_line(r, b"cmd=init pmi_version=1 pmi_subversion=1");
+        }
+        assert_eq!(
+            reply_of(&s.handle_line(0, b"cmd=ibcoll_notify")),
+            "cmd=ibcoll_notify_result rc=0\n"
+        );
+        s.handle_line(1, b"cmd=ibcoll_notify");
+        // Rank 2 dies; rank 3 never subscribed and sees nothing.
+        let a = s.rank_ended(2, "was killed by signal 9 (SIGKILL)");
+        let want = "cmd=ibcoll_failed rank=2 reason=was%20killed%20by%20signal%209%20(SIGKILL)\n";
+        let mut to: Vec<ConnId> = a
+            .iter()
+            .filter_map(|x| match x {
+                Action::Reply(c, t) if t == want => Some(*c),
+                _ => None,
+            })
+            .collect();
+        to.sort();
+        assert_eq!(to, vec![0, 1]);
+        assert_eq!(a.len(), 2);
+        // Its connection closing afterwards reports nothing twice.
+        assert!(s.remove_conn(2).is_empty());
+        // A late subscriber hears of it at once; a barrier now fails.
+        let a = s.handle_line(3, b"cmd=ibcoll_notify");
+        assert_eq!(
+            reply_of(&a),
+            format!("cmd=ibcoll_notify_result rc=0\n{want}")
+        );
+        let a = s.handle_line(3, b"cmd=barrier_in");
+        assert!(reply_of(&a).contains("rank_2_was_killed_by_signal_9"));
+        // A closed connection without finalize reports itself.
+        let a = s.remove_conn(1);
+        assert!(a.contains(&Action::Reply(
+            0,
+            "cmd=ibcoll_failed rank=1 reason=disconnected%20before%20finalize\n".into()
+        )));
+        assert!(a.contains(&Action::Reply(
+            3,
+            "cmd=ibcoll_failed rank=1 reason=disconnected%20before%20finalize\n".into()
+        )));
+        assert_eq!(s.failed().len(), 2);
+        // A finalized rank is neither reported nor told.
+        s.handle_line(3, b"cmd=finalize");
+        assert!(s.rank_ended(3, "exited with status 0").is_empty());
+        let a = s.rank_ended(0, "exited with status 1");
+        assert!(a.is_empty(), "{a:?}");
+    }
+
+    #[test]
+    fn notify_needs_a_rank() {
+        let mut s = PmiServer::new(ServerConfig::new("kvs", 2));
+        s.add_conn(5, None);
+        assert!(reply_of(&s.handle_line(5, b"cmd=ibcoll_notify")).contains("rc=-1"));
+    }
+
+    #[test]
+    fn a_rank_lost_while_others_wait_fails_their_barrier() {
+        let mut s = server(3);
+        for r in 0..3 {
+            s.handle_line(r, b"cmd=init pmi_version=1 pmi_subversion=1");
+        }
+        s.handle_line(0, b"cmd=ibcoll_notify");
+        assert!(s.handle_line(0, b"cmd=barrier_in").is_empty());
+        assert!(s.handle_line(1, b"cmd=barrier_in").is_empty());
+        let a = s.rank_ended(2, "exited with status 3");
+        let err = "cmd=barrier_out rc=-1 msg=rank_2_exited_with_status_3\n";
+        assert!(a.contains(&Action::Reply(0, err.into())));
+        assert!(a.contains(&Action::Reply(1, err.into())));
+        assert!(a.contains(&Action::Reply(
+            0,
+            "cmd=ibcoll_failed rank=2 reason=exited%20with%20status%203\n".into()
+        )));
+        assert_eq!(s.barrier_waiting(), 0);
+    }
+
+    /// One job of `n` ranks: init, subscribe, put, fence, three gets of
+    /// neighbours, fence, finalize. Returns the server's work and the bytes
+    /// of every reply.
+    fn job_work(n: usize) -> (u64, usize, usize) {
+        let mut s = PmiServer::new(ServerConfig::new("kvs", n));
+        let mut bytes = 0usize;
+        let mut go = |s: &mut PmiServer, r: usize, line: &str| {
+            for a in s.handle_line(r, line.as_bytes()) {
+                match a {
+                    Action::Reply(_, t) => {
+                        assert!(!t.contains("rc=-1"), "{line}: {t}");
+                        bytes += t.len();
+                    }
+                    Action::Log(m) => panic!("{m}"),
+                    _ => {}
+                }
+            }
+        };
+        for r in 0..n {
+            s.add_conn(r, None);
+            go(&mut s, r, &format!("cmd=initack pmiid={r} kvsname=kvs"));
+            go(&mut s, r, "cmd=init pmi_version=1 pmi_subversion=1");
+            go(&mut s, r, "cmd=ibcoll_notify");
+            go(
+                &mut s,
+                r,
+                &format!("cmd=put kvsname=kvs key=card{r} value=v{r}"),
+            );
+        }
+        for r in 0..n {
+            go(&mut s, r, "cmd=barrier_in");
+        }
+        assert_eq!(s.barrier_waiting(), 0);
+        for r in 0..n {
+            for peer in [r + 1, r + n - 1, 0] {
+                go(
+                    &mut s,
+                    r,
+                    &format!("cmd=get kvsname=kvs key=card{}", peer % n),
+                );
+            }
+        }
+        // Overwriting a key does not grow the store.
+        let stored = s.stored_bytes();
+        go(&mut s, 0, "cmd=put kvsname=kvs key=card0 value=v0");
+        assert_eq!(s.stored_bytes(), stored);
+        for r in (0..n).rev() {
+            go(&mut s, r, "cmd=barrier_in");
+        }
+        for r in 0..n {
+            go(&mut s, r, "cmd=finalize");
+            assert!(s.remove_conn(r).is_empty());
+        }
+        (s.work(), bytes, stored)
+    }
+
+    #[test]
+    fn work_and_memory_grow_linearly_to_20000_ranks() {
+        let (w1, b1, m1) = job_work(10_000);
+        let (w2, b2, m2) = job_work(20_000);
+        // About 14 steps per rank: one per line and connection event, one
+        // per barrier release. A quadratic step anywhere would be 10^8.
+        assert!(w1 <= 16 * 10_000, "work {w1} for 10,000 ranks");
+        assert!(w2 <= 16 * 20_000, "work {w2} for 20,000 ranks");
+        assert!(w2 <= 2 * w1 + 100, "work {w1} -> {w2} when doubling N");
+        assert!(b2 <= 2 * b1 + 20_000 * 8, "reply bytes {b1} -> {b2}");
+        assert!(m2 <= 2 * m1 + 20_000 * 2, "stored bytes {m1} -> {m2}");
+    }
+
+    #[test]
+    fn failures_at_scale_cost_one_step_per_subscriber() {
+        let n = 10_000;
+        let mut s = server(n);
+        for r in 0..n {
+            s.handle_line(r, b"cmd=init pmi_version=1 pmi_subversion=1");
+            s.handle_line(r, b"cmd=ibcoll_notify");
+        }
+        for r in 0..n - 1 {
+            s.handle_line(r, b"cmd=barrier_in");
+        }
+        let before = s.work();
+        let a = s.rank_ended(n - 1, "exited with status 2");
+        // N-1 barrier errors and N-1 notifications.
+        assert_eq!(a.len(), 2 * (n - 1));
+        assert!(s.work() - before <= 2 * n as u64 + 2);
     }
 
     #[test]

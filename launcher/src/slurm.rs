@@ -103,6 +103,39 @@ pub fn first_host(list: &str) -> Result<String, String> {
     }
 }
 
+/// Where to reach node `name`: the name itself when it is an address or
+/// resolves, otherwise the `NodeAddr` Slurm keeps for it (`scontrol show
+/// node`), as on clusters whose node names are not in DNS (Slurm itself
+/// reaches its nodes by NodeAddr there).
+pub fn node_address(name: &str) -> Result<String, String> {
+    use std::net::ToSocketAddrs;
+    if name.parse::<std::net::IpAddr>().is_ok() {
+        return Ok(name.to_string());
+    }
+    let resolve_err = match (name, 0).to_socket_addrs().map(|mut a| a.next()) {
+        Ok(Some(_)) => return Ok(name.to_string()),
+        Ok(None) => "no address".to_string(),
+        Err(e) => e.to_string(),
+    };
+    let out = std::process::Command::new("scontrol")
+        .args(["show", "node", "-o", name])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot resolve {name} ({resolve_err}) nor run scontrol: {e}"))?;
+    parse_node_addr(&String::from_utf8_lossy(&out.stdout)).ok_or_else(|| {
+        format!("cannot resolve {name} ({resolve_err}) and scontrol shows no NodeAddr for it")
+    })
+}
+
+/// The `NodeAddr=` of one line of `scontrol show node -o`.
+pub fn parse_node_addr(text: &str) -> Option<String> {
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix("NodeAddr="))
+        .filter(|a| !a.is_empty() && *a != "(null)")
+        .map(str::to_string)
+}
+
 /// Every host of a Slurm host list (`node[07-09,12],login1`), in order.
 pub fn expand_hostlist(list: &str) -> Result<Vec<String>, String> {
     let mut hosts = Vec::new();
@@ -182,6 +215,16 @@ mod tests {
         assert!(first_host("").is_err());
         assert!(first_host("n[").is_err());
         assert!(first_host("n[a-b]").is_err());
+    }
+
+    #[test]
+    fn node_addresses() {
+        let line = "NodeName=h1 Arch=x86_64 CoresPerSocket=2 NodeAddr=10.251.0.11 NodeHostName=h1 Version=22.05.8\n";
+        assert_eq!(parse_node_addr(line).as_deref(), Some("10.251.0.11"));
+        assert_eq!(parse_node_addr("Node h9 not found\n"), None);
+        assert_eq!(parse_node_addr("NodeName=x NodeAddr= y"), None);
+        assert_eq!(node_address("10.1.2.3").unwrap(), "10.1.2.3");
+        assert_eq!(node_address("localhost").unwrap(), "localhost");
     }
 
     #[test]

@@ -147,10 +147,16 @@ fn truncate(s: &str) -> String {
 ///
 /// Used by the server's event loop (nonblocking reads of arbitrary size) and by
 /// the client (blocking reads), so that a line split across reads or several
-/// lines in one read are handled the same way.
+/// lines in one read are handled the same way. Taking a line costs its own
+/// length: consumed bytes are dropped only once they make up most of the
+/// buffer, and a partial line is scanned for its newline only once.
 #[derive(Default, Debug)]
 pub struct LineBuffer {
     buf: Vec<u8>,
+    /// Start of the first byte not yet returned.
+    start: usize,
+    /// Bytes from `start` known to hold no newline.
+    scanned: usize,
 }
 
 impl LineBuffer {
@@ -159,29 +165,45 @@ impl LineBuffer {
     }
 
     pub fn extend(&mut self, data: &[u8]) {
+        if self.start > 0 && self.start * 2 >= self.buf.len() {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
         self.buf.extend_from_slice(data);
     }
 
     /// The next complete line without its newline; `Err` when the pending,
     /// unterminated data already exceeds [`MAX_LINE`].
     pub fn next_line(&mut self) -> Result<Option<Vec<u8>>, WireError> {
-        match self.buf.iter().position(|&b| b == b'\n') {
+        let from = self.start + self.scanned;
+        match self.buf[from..].iter().position(|&b| b == b'\n') {
             Some(pos) => {
-                let mut line: Vec<u8> = self.buf.drain(..=pos).collect();
-                line.pop();
+                let end = from + pos;
+                let line = self.buf[self.start..end].to_vec();
+                self.start = end + 1;
+                self.scanned = 0;
+                if self.start == self.buf.len() {
+                    self.buf.clear();
+                    self.start = 0;
+                }
                 Ok(Some(line))
             }
-            None if self.buf.len() > MAX_LINE => {
-                let n = self.buf.len();
+            None if self.buf.len() - self.start > MAX_LINE => {
+                let n = self.buf.len() - self.start;
                 self.buf.clear();
+                self.start = 0;
+                self.scanned = 0;
                 Err(WireError::TooLong(n))
             }
-            None => Ok(None),
+            None => {
+                self.scanned = self.buf.len() - self.start;
+                Ok(None)
+            }
         }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.buf.is_empty()
+        self.start == self.buf.len()
     }
 }
 
@@ -240,6 +262,31 @@ mod tests {
         lb.extend(b"b x=1\n");
         assert_eq!(lb.next_line().unwrap().unwrap(), b"cmd=b x=1");
         assert!(lb.is_empty());
+    }
+
+    #[test]
+    fn line_buffer_many_lines_and_pieces() {
+        let mut lb = LineBuffer::new();
+        let text: String = (0..1000).map(|i| format!("cmd=x i={i}\n")).collect();
+        for piece in text.as_bytes().chunks(7) {
+            lb.extend(piece);
+        }
+        for i in 0..1000 {
+            assert_eq!(
+                lb.next_line().unwrap().unwrap(),
+                format!("cmd=x i={i}").as_bytes()
+            );
+        }
+        assert_eq!(lb.next_line().unwrap(), None);
+        assert!(lb.is_empty());
+        // A line arriving byte by byte after some were taken.
+        lb.extend(b"a\nb");
+        assert_eq!(lb.next_line().unwrap().unwrap(), b"a");
+        assert_eq!(lb.next_line().unwrap(), None);
+        lb.extend(b"c");
+        assert_eq!(lb.next_line().unwrap(), None);
+        lb.extend(b"\n");
+        assert_eq!(lb.next_line().unwrap().unwrap(), b"bc");
     }
 
     #[test]

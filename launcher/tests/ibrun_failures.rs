@@ -39,6 +39,41 @@ fn rank_killed_by_sigkill() {
 }
 
 #[test]
+fn survivors_are_told_which_rank_was_lost() {
+    // Rank 0 hears of it on Pmi::event_fd (or during a call it was making),
+    // rank 2 through the fence that fails; both before ibrun's TERM.
+    let r = run(ibrun_cmd(&["-n", "3"])
+        .arg(example("pmi_check"))
+        .arg("told-kill-rank1"));
+    assert_eq!(r.code, 137);
+    assert_told(&r.stdout, &[0, 2], 1, "was killed by signal 9 (SIGKILL)");
+    // Only the first loss is announced; ibrun ends the rest itself.
+    assert_eq!(r.stderr.matches("ibrun: rank").count(), 1, "{}", r.stderr);
+}
+
+#[test]
+fn only_ranks_that_asked_hear_of_a_lost_rank() {
+    // Raw PMI from the shell: rank 1 dies after a barrier; rank 0 prints
+    // every line it gets until ibrun ends it. An MPICH program never sends
+    // ibcoll_notify and must never see an unsolicited line.
+    let script = r#"printf "cmd=init pmi_version=1 pmi_subversion=1\n${SUB}cmd=barrier_in\n" >&$PMI_FD
+while read -r l <&$PMI_FD; do echo "$PMI_RANK: $l"; case $l in cmd=barrier_out*) [ "$PMI_RANK" = 1 ] && kill -9 $$;; esac; done"#;
+    let told = "0: cmd=ibcoll_failed rank=1 reason=was%20killed%20by%20signal%209%20(SIGKILL)";
+    for (sub, want) in [("", false), ("cmd=ibcoll_notify\\n", true)] {
+        let r = run(
+            ibrun_cmd(&["-n", "2", "--kill-grace", "0.5", "bash", "-c", script]).env("SUB", sub),
+        );
+        assert_eq!(r.code, 137);
+        assert!(r.stdout.contains("0: cmd=barrier_out rc=0"), "{}", r.stdout);
+        assert_eq!(r.stdout.contains("ibcoll_failed"), want, "{}", r.stdout);
+        if want {
+            assert!(r.stdout.lines().any(|l| l == told), "{}", r.stdout);
+            assert!(r.stdout.contains("0: cmd=ibcoll_notify_result rc=0"));
+        }
+    }
+}
+
+#[test]
 fn rank_calls_abort() {
     let r = run(ibrun_cmd(&["-n", "3"])
         .arg(example("pmi_check"))

@@ -185,3 +185,53 @@ fn remote_exit_status_and_unknown_host() {
     assert_eq!(r.code, 255);
     assert!(r.stderr.contains("remote shell"), "{}", r.stderr);
 }
+
+#[test]
+fn remote_survivors_are_told_which_rank_was_lost() {
+    // Over TCP PMI, across hosts: ranks 0-1 on one, 2-3 on the other.
+    let Some(h) = Hosts::new(2) else { return };
+    let r = run(remote_cmd(&h, 4)
+        .arg(example("pmi_check"))
+        .arg("told-kill-rank1"));
+    assert_eq!(r.code, 137);
+    assert_told(&r.stdout, &[0, 2, 3], 1, "was killed by signal 9 (SIGKILL)");
+}
+
+#[test]
+fn hosts_whose_names_do_not_resolve() {
+    // Names only the remote shell knows (no DNS, no /etc/hosts entry): ibrun
+    // resolves nothing and tells the ranks an address, the one given.
+    let Some(h) = Hosts::new(2) else { return };
+    let names = ["ibrun-a.invalid", "ibrun-b.invalid"];
+    let map = names
+        .iter()
+        .zip(&h.names)
+        .map(|(a, n)| format!("{a}={n}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    // The first host's link has this machine at .1 of its /24.
+    let gateway = format!("{}.1", h.addrs[0].rsplit_once('.').map_or("", |x| x.0));
+    let cmd = |pmi_addr: Option<&str>| {
+        let mut c = ibrun_cmd(&["-n", "2", "--hosts", &names.join(",")]);
+        if let Some(a) = pmi_addr {
+            c.args(["--pmi-addr", a]);
+        }
+        c.arg("--rsh")
+            .arg(rsh())
+            .env("IBCOLL_TEST_NETNS", &map)
+            .arg(example("pmi_check"));
+        c
+    };
+    let r = run(&mut cmd(Some(&gateway)));
+    assert_eq!(r.code, 0);
+    assert_eq!(r.stdout.matches("size=2 ").count(), 2, "{}", r.stdout);
+    assert!(r.stdout.contains("mode=Port"));
+    // Without an address to give, ibrun says so instead of guessing.
+    let r = run(&mut cmd(None));
+    assert_eq!(r.code, 2);
+    assert!(
+        r.stderr.contains("no host resolves") && r.stderr.contains("--pmi-addr"),
+        "{}",
+        r.stderr
+    );
+}

@@ -74,3 +74,19 @@ pub fn require(cmd: &str) -> bool {
     eprintln!("skipping: {cmd} not installed (scripts/setup installs it)");
     false
 }
+
+/// Checks that each of `ranks` printed `pmi_check rank R told (...): rank L
+/// REASON` (pmi_check's `told-*` modes) for the lost rank `lost`.
+pub fn assert_told(stdout: &str, ranks: &[usize], lost: usize, reason: &str) {
+    for rank in ranks {
+        let want = format!("pmi_check rank {rank} told (");
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&want))
+            .unwrap_or_else(|| panic!("rank {rank} was not told:\n{stdout}"));
+        assert!(
+            line.ends_with(&format!("): rank {lost} {reason}")),
+            "{line}"
+        );
+    }
+}

@@ -6,22 +6,25 @@ pub const USAGE: &str = "\
 usage: ibrun -n N [options] prog [args...]
 
 Starts N ranks of prog with a PMI-1 key-value server (MPICH's simple PMI wire
-protocol), forwards their output, and ends the whole job when one rank fails.
+protocol), forwards their output, and ends the whole job when one rank fails;
+ranks that asked (ibcoll's do) are told which rank was lost first.
 
 options:
   -n, -np N            number of ranks
   --nodes K            place ranks in blocks over K (virtual) nodes; ranks on
                        different virtual nodes never share memory
   --ppn P              ranks per node (with or without --nodes)
-  --hosts h1,h2,...    start ranks on these hosts (one node each) through ssh
+  --hosts h1,h2,...    start ranks on these hosts (one node each) through ssh;
+                       names or IP addresses (ranks are always told an address)
   --hostfile F         hosts from a file: one per line, `host`, `host:slots`
                        or `host slots=N`; # starts a comment
   --rsh CMD            remote shell instead of `ssh` (run as CMD host command)
   --launcher ssh|srun  how remote ranks start; inside a Slurm allocation
                        (salloc/sbatch) the default is srun, and -n defaults
                        to the allocation's task count
-  --pmi-addr ADDR      address remote ranks use to reach ibrun's PMI server
-                       (default: the local address that routes to the first host)
+  --pmi-addr ADDR      IP address remote ranks use to reach ibrun's PMI server
+                       (default: the local address that routes to the first
+                       host given as an address or whose name resolves)
   --tag-output         prefix every output line with [rank]
   -x VAR[=VAL]         export VAR (with its current or the given value); remote
                        ranks get only exported variables
@@ -29,7 +32,7 @@ options:
   --bind-to core|none  pin each rank to one CPU of its host, in local-rank
                        order over the CPUs ibrun may use (default none)
   --kill-grace SECS    time between TERM and KILL when ending a job (default 2)
-  -v, --verbose        print PMI and job-control diagnostics
+  -v, --verbose        print PMI and job-control diagnostics, and the start time
   -h, --help           this text
   --version            print the version
 ";

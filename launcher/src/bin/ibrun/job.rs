@@ -1,23 +1,28 @@
-//! The running job: one poll loop over the PMI connections, the ranks' output
-//! pipes, signals and the clock. It carries out the PMI server's actions and
-//! ends the whole job when one rank fails.
+//! The running job: one epoll loop over the PMI connections, the ranks'
+//! output pipes, signals and the clock. A wakeup costs what is ready: every
+//! descriptor is registered once, children are reaped with waitpid(-1) on
+//! SIGCHLD, and the job's state is kept in counters rather than found by
+//! visiting every rank. It carries out the PMI server's actions, tells the
+//! subscribed ranks when one is lost, and ends the whole job when one fails.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, ChildStdin};
 use std::time::{Duration, Instant};
 
+use nix::errno::Errno;
 use nix::sys::signal::{killpg, SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
+use ibcoll_launcher::conns::{Conns, Stream};
+use ibcoll_launcher::poller::{Interest, Poller, Ready};
 use ibcoll_launcher::server::{Action, ConnId, PmiServer};
-use ibcoll_launcher::wire::LineBuffer;
 
 use crate::output::{OutputSink, PipeLines};
 use crate::plan::RankSlot;
@@ -30,16 +35,6 @@ pub enum End {
     Signal(i32),
 }
 
-impl End {
-    fn from_status(s: std::process::ExitStatus) -> End {
-        match (s.code(), s.signal()) {
-            (Some(c), _) => End::Code(c),
-            (None, Some(sig)) => End::Signal(sig),
-            _ => End::Code(1),
-        }
-    }
-}
-
 pub fn signal_name(sig: i32) -> String {
     Signal::try_from(sig)
         .map(|s| s.as_str().to_string())
@@ -49,7 +44,8 @@ pub fn signal_name(sig: i32) -> String {
 pub struct Rank {
     pub slot: RankSlot,
     pub host: String,
-    pub child: Child,
+    /// The process ibrun started: the rank itself, or the remote shell.
+    launch_pid: i32,
     /// The rank's own pid (the remote process's for remote ranks, once known).
     pub pid: i32,
     pub remote: bool,
@@ -63,49 +59,37 @@ pub struct Rank {
     pub finalized: bool,
 }
 
-enum Stream {
-    Unix(UnixStream),
-    Tcp(TcpStream),
-}
-
-impl Stream {
-    fn raw(&self) -> RawFd {
-        match self {
-            Stream::Unix(s) => s.as_raw_fd(),
-            Stream::Tcp(s) => s.as_raw_fd(),
-        }
-    }
-    fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
-        match self {
-            Stream::Unix(s) => s.read(b),
-            Stream::Tcp(s) => s.read(b),
-        }
-    }
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        match self {
-            Stream::Unix(s) => s.write(b),
-            Stream::Tcp(s) => s.write(b),
-        }
-    }
-}
-
-struct Conn {
-    stream: Stream,
-    lines: LineBuffer,
-    pending: Vec<u8>,
-}
-
 /// Why the job is being ended.
 #[derive(Debug, Clone)]
 pub struct Failure {
     pub exit_code: i32,
 }
 
+/// Poller tokens: fixed ones, then one range per kind of descriptor.
+const SIGNALS: u64 = 0;
+const LISTENER: u64 = 1;
+const INPUT: u64 = 2;
+const RANK_INPUT: u64 = 3;
+const STDOUT_BASE: u64 = 1 << 40;
+const STDERR_BASE: u64 = 2 << 40;
+const CONN_BASE: u64 = 3 << 40;
+
+/// What ibrun's standard input is waiting for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InputWait {
+    /// Not forwarded (any more).
+    Nothing,
+    /// More input to read.
+    Input,
+    /// Rank 0 to take what was read.
+    RankInput,
+}
+
 pub struct Job {
     pub ranks: Vec<Rank>,
     server: PmiServer,
-    conns: HashMap<ConnId, Conn>,
-    next_conn: ConnId,
+    poller: Poller,
+    conns: Conns,
     listener: Option<TcpListener>,
     signals: SignalFd,
     sink: OutputSink,
@@ -116,9 +100,22 @@ pub struct Job {
     term_sent_at: Option<Instant>,
     kill_sent: bool,
     all_exited_at: Option<Instant>,
+    by_pid: HashMap<i32, usize>,
+    /// Ranks not yet reaped.
+    running: usize,
+    /// Output pipes still open.
+    open_pipes: usize,
+    /// PMI connections that closed before finalize, by rank: reported once
+    /// the rank's exit is known (so that the report names how it ended) or
+    /// at the deadline in `closing`, whichever comes first.
+    closing_conn: HashMap<usize, ConnId>,
+    closing: VecDeque<(usize, Instant)>,
     /// ibrun's own standard input while it is forwarded to rank 0.
     input: Option<File>,
     input_buf: Vec<u8>,
+    input_wait: InputWait,
+    /// Standard input is a file or device epoll cannot watch (always ready).
+    input_unpollable: bool,
 }
 
 /// Blocks the signals ibrun handles through its signalfd. Must run before any
@@ -140,7 +137,7 @@ pub fn block_signals() -> nix::Result<SignalFd> {
 
 fn set_nonblocking(fd: RawFd) {
     // SAFETY: fcntl on a descriptor this process owns; failure leaves it
-    // blocking, which the poll loop tolerates (it only reads after POLLIN).
+    // blocking, which the loop tolerates (it only reads after readiness).
     unsafe {
         let flags = libc::fcntl(fd, libc::F_GETFL);
         if flags >= 0 {
@@ -162,16 +159,12 @@ fn dup_stdin() -> Option<File> {
     Some(unsafe { File::from_raw_fd(fd) })
 }
 
-#[derive(Clone, Copy)]
-enum Source {
-    Input,
-    RankInput,
-    Signals,
-    Listener,
-    Conn(ConnId),
-    Stdout(usize),
-    Stderr(usize),
-}
+/// How long a PMI connection that closed before finalize waits for its
+/// rank's exit status before it is reported as a plain disconnect.
+const CLOSE_WAITS_FOR_EXIT: Duration = Duration::from_secs(1);
+
+/// How long output may still arrive after the last rank exited.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(1000);
 
 impl Job {
     #[allow(clippy::too_many_arguments)]
@@ -183,15 +176,18 @@ impl Job {
         verbose: bool,
         kill_grace: Duration,
         timeout: Option<Duration>,
-    ) -> Job {
+    ) -> std::io::Result<Job> {
+        let poller = Poller::new()?;
+        poller.add(&signals, SIGNALS, Interest::Read)?;
         if let Some(l) = &listener {
-            let _ = l.set_nonblocking(true);
+            l.set_nonblocking(true)?;
+            poller.add(l, LISTENER, Interest::Read)?;
         }
-        Job {
+        Ok(Job {
             ranks: Vec::new(),
             server,
-            conns: HashMap::new(),
-            next_conn: 0,
+            poller,
+            conns: Conns::new(CONN_BASE),
             listener,
             signals,
             sink,
@@ -202,43 +198,73 @@ impl Job {
             term_sent_at: None,
             kill_sent: false,
             all_exited_at: None,
+            by_pid: HashMap::new(),
+            running: 0,
+            open_pipes: 0,
+            closing_conn: HashMap::new(),
+            closing: VecDeque::new(),
             input: dup_stdin(),
             input_buf: Vec::new(),
-        }
+            input_wait: InputWait::Nothing,
+            input_unpollable: false,
+        })
     }
 
     /// Adds a started rank, with ibrun's end of its PMI socket if local.
+    /// The rank is tracked (and will be ended with the job) even when
+    /// watching one of its descriptors fails; the error is returned.
     pub fn add_rank(
         &mut self,
         slot: RankSlot,
         host: String,
         mut child: Child,
         pmi: Option<OwnedFd>,
-    ) {
+    ) -> std::io::Result<()> {
         let idx = self.ranks.len();
+        debug_assert_eq!(idx, slot.rank);
         let remote = slot.host.is_some();
+        let pid = child.id() as i32;
+        self.by_pid.insert(pid, idx);
+        self.running += 1;
+        let mut result = Ok(());
         if let Some(fd) = pmi {
-            let s = UnixStream::from(fd);
-            let _ = s.set_nonblocking(true);
-            let id = self.new_conn(Stream::Unix(s));
-            self.server.add_conn(id, Some(slot.rank));
+            match self
+                .conns
+                .add(&self.poller, Stream::Unix(UnixStream::from(fd)))
+            {
+                Ok(id) => self.server.add_conn(id, Some(slot.rank)),
+                Err(e) => result = Err(e),
+            }
         }
-        let pipe = |fd: OwnedFd| {
+        let mut pipe = |fd: OwnedFd, base: u64| {
             set_nonblocking(fd.as_raw_fd());
-            PipeLines::new(File::from(fd))
+            match self.poller.add(&fd, base + idx as u64, Interest::Read) {
+                Ok(()) => {
+                    self.open_pipes += 1;
+                    Some(PipeLines::new(File::from(fd)))
+                }
+                Err(e) => {
+                    result = Err(e);
+                    None
+                }
+            }
         };
-        let stdout = child.stdout.take().map(|p| pipe(p.into()));
-        let stderr = child.stderr.take().map(|p| pipe(p.into()));
+        let stdout = child
+            .stdout
+            .take()
+            .and_then(|p| pipe(p.into(), STDOUT_BASE));
+        let stderr = child
+            .stderr
+            .take()
+            .and_then(|p| pipe(p.into(), STDERR_BASE));
         let stdin = child.stdin.take();
         if let Some(p) = &stdin {
             set_nonblocking(p.as_raw_fd());
         }
-        let pid = child.id() as i32;
-        debug_assert_eq!(idx, slot.rank);
         self.ranks.push(Rank {
             slot,
             host,
-            child,
+            launch_pid: pid,
             pid,
             remote,
             stdin,
@@ -249,20 +275,7 @@ impl Job {
             pmi_initialized: false,
             finalized: false,
         });
-    }
-
-    fn new_conn(&mut self, stream: Stream) -> ConnId {
-        let id = self.next_conn;
-        self.next_conn += 1;
-        self.conns.insert(
-            id,
-            Conn {
-                stream,
-                lines: LineBuffer::new(),
-                pending: Vec::new(),
-            },
-        );
-        id
+        result
     }
 
     fn log(&self, msg: &str) {
@@ -283,9 +296,11 @@ impl Job {
         if self.failure.is_some() {
             return;
         }
-        let others = self.running().count();
-        let text = if others > 0 {
-            format!("{message}; terminating the job ({others} rank(s) still running)")
+        let text = if self.running > 0 {
+            format!(
+                "{message}; terminating the job ({} rank(s) still running)",
+                self.running
+            )
         } else {
             message
         };
@@ -293,6 +308,7 @@ impl Job {
         self.failure = Some(Failure {
             exit_code: if exit_code == 0 { 1 } else { exit_code },
         });
+        self.server.stop_notifying();
         self.signal_all(Signal::SIGTERM);
         self.term_sent_at = Some(Instant::now());
     }
@@ -301,7 +317,7 @@ impl Job {
         for r in self.ranks.iter_mut().filter(|r| r.end.is_none()) {
             // Each rank leads its own process group, so the signal reaches
             // whatever it started too (and the remote shell for remote ranks).
-            let _ = killpg(Pid::from_raw(r.child.id() as i32), sig);
+            let _ = killpg(Pid::from_raw(r.launch_pid), sig);
             if r.remote && sig == Signal::SIGKILL {
                 // Closing the pipe tells the remote proxy to end its rank.
                 r.stdin = None;
@@ -312,38 +328,25 @@ impl Job {
     /// Runs until every rank has ended; returns the job's exit status.
     pub fn run(&mut self) -> i32 {
         let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            self.reap();
-            if self.finished() {
-                break;
-            }
-            let (mut fds, sources) = self.poll_set();
-            let timeout_ms = self.poll_timeout();
-            // SAFETY: `fds` is a valid, exclusively borrowed array of pollfd
-            // whose length is passed alongside; the descriptors stay open for
-            // the duration of the call since nothing else runs meanwhile.
-            let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.kind() != std::io::ErrorKind::Interrupted {
-                    self.log(&format!("poll failed: {e}"));
+        self.start_input();
+        self.reap();
+        while !self.finished() {
+            let busy = self.pump_unpollable_input(&mut buf);
+            let timeout = if busy {
+                Some(Duration::ZERO)
+            } else {
+                self.next_timer()
+            };
+            let ready = match self.poller.wait(timeout) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.log(&format!("epoll failed: {e}"));
                     std::thread::sleep(Duration::from_millis(10));
-                }
-                continue;
-            }
-            for (pfd, src) in fds.iter().zip(sources) {
-                if pfd.revents == 0 {
                     continue;
                 }
-                match src {
-                    Source::Signals => self.on_signals(),
-                    Source::Input => self.on_input(&mut buf),
-                    Source::RankInput => self.flush_input(),
-                    Source::Listener => self.on_accept(),
-                    Source::Conn(id) => self.on_conn(id, pfd.revents, &mut buf),
-                    Source::Stdout(i) => self.on_output(i, false, &mut buf),
-                    Source::Stderr(i) => self.on_output(i, true, &mut buf),
-                }
+            };
+            for ev in ready {
+                self.dispatch(ev, &mut buf);
             }
             self.check_clock();
         }
@@ -351,60 +354,34 @@ impl Job {
         self.exit_status()
     }
 
-    fn poll_set(&self) -> (Vec<libc::pollfd>, Vec<Source>) {
-        let mut fds = Vec::new();
-        let mut src = Vec::new();
-        let mut add = |fd: RawFd, events: i16, s: Source| {
-            fds.push(libc::pollfd {
-                fd,
-                events,
-                revents: 0,
-            });
-            src.push(s);
-        };
-        add(self.signals.as_raw_fd(), libc::POLLIN, Source::Signals);
-        if let Some(l) = &self.listener {
-            add(l.as_raw_fd(), libc::POLLIN, Source::Listener);
-        }
-        if let Some(rank0) = self
-            .ranks
-            .first()
-            .and_then(|r| r.stdin.as_ref())
-            .filter(|_| !self.ranks[0].remote)
-        {
-            // Read more only once what was read reached rank 0 (backpressure).
-            match (&self.input, self.input_buf.is_empty()) {
-                (Some(i), true) => add(i.as_raw_fd(), libc::POLLIN, Source::Input),
-                (_, false) => add(rank0.as_raw_fd(), libc::POLLOUT, Source::RankInput),
-                _ => {}
+    fn dispatch(&mut self, ev: Ready, buf: &mut [u8]) {
+        match ev.token {
+            SIGNALS => self.on_signals(),
+            LISTENER => self.on_accept(),
+            INPUT => self.on_input(buf),
+            RANK_INPUT => {
+                self.flush_input();
+                self.watch_input();
             }
-        }
-        for (&id, c) in &self.conns {
-            let mut ev = libc::POLLIN;
-            if !c.pending.is_empty() {
-                ev |= libc::POLLOUT;
+            t if t >= CONN_BASE => {
+                if let Some(id) = self.conns.id_of(t) {
+                    self.on_conn(id, ev, buf);
+                }
             }
-            add(c.stream.raw(), ev, Source::Conn(id));
+            t if t >= STDERR_BASE => self.on_output((t - STDERR_BASE) as usize, true, buf),
+            t if t >= STDOUT_BASE => self.on_output((t - STDOUT_BASE) as usize, false, buf),
+            _ => {}
         }
-        for (i, r) in self.ranks.iter().enumerate() {
-            if let Some(p) = &r.stdout {
-                add(p.raw(), libc::POLLIN, Source::Stdout(i));
-            }
-            if let Some(p) = &r.stderr {
-                add(p.raw(), libc::POLLIN, Source::Stderr(i));
-            }
-        }
-        (fds, src)
     }
 
-    fn poll_timeout(&self) -> i32 {
+    /// The nearest deadline: the job's timeout, the kill after the grace
+    /// period, the end of draining output, a closed connection's wait.
+    fn next_timer(&self) -> Option<Duration> {
         let now = Instant::now();
         let mut next: Option<Instant> = None;
         let mut consider = |t: Instant| next = Some(next.map_or(t, |n: Instant| n.min(t)));
-        if let Some((d, _)) = self.deadline {
-            if self.failure.is_none() {
-                consider(d);
-            }
+        if let (Some((d, _)), None) = (self.deadline, &self.failure) {
+            consider(d);
         }
         if let (Some(t), false) = (self.term_sent_at, self.kill_sent) {
             consider(t + self.kill_grace);
@@ -412,22 +389,17 @@ impl Job {
         if let Some(t) = self.all_exited_at {
             consider(t + DRAIN_AFTER_EXIT);
         }
-        // Children are reaped on SIGCHLD, but a periodic look costs nothing
-        // and covers a coalesced or lost notification.
-        consider(now + Duration::from_millis(500));
-        next.map_or(-1, |t| {
-            t.saturating_duration_since(now)
-                .as_millis()
-                .min(i32::MAX as u128) as i32
-                + 1
-        })
+        if let Some(&(_, t)) = self.closing.front() {
+            consider(t);
+        }
+        next.map(|t| t.saturating_duration_since(now))
     }
 
     fn on_signals(&mut self) {
         while let Ok(Some(info)) = self.signals.read_signal() {
             let sig = info.ssi_signo as i32;
             match Signal::try_from(sig) {
-                Ok(Signal::SIGCHLD) | Ok(Signal::SIGPIPE) => {}
+                Ok(Signal::SIGCHLD) => self.reap(),
                 Ok(s @ (Signal::SIGINT | Signal::SIGTERM | Signal::SIGHUP)) => {
                     if self.failure.is_some() {
                         // A second interrupt while ending: no more grace.
@@ -438,12 +410,13 @@ impl Job {
                     self.log(&format!(
                         "received {}; forwarding it to {} rank(s)",
                         s.as_str(),
-                        self.running().count()
+                        self.running
                     ));
                     self.signal_all(s);
                     self.failure = Some(Failure {
                         exit_code: 128 + sig,
                     });
+                    self.server.stop_notifying();
                     self.term_sent_at = Some(Instant::now());
                 }
                 _ => {}
@@ -451,22 +424,110 @@ impl Job {
         }
     }
 
+    /// Begins forwarding ibrun's standard input to a local rank 0.
+    fn start_input(&mut self) {
+        let forward = self
+            .ranks
+            .first()
+            .is_some_and(|r| !r.remote && r.stdin.is_some());
+        if !forward {
+            self.input = None;
+        }
+        self.watch_input();
+    }
+
+    /// Watches whichever side of the forwarding is due: ibrun's input while
+    /// nothing is buffered, rank 0's pipe while something is (backpressure).
+    fn watch_input(&mut self) {
+        let rank0 = self.ranks.first().and_then(|r| r.stdin.as_ref());
+        let want = match (rank0, &self.input, self.input_buf.is_empty()) {
+            (None, _, _) => InputWait::Nothing,
+            (Some(_), _, false) => InputWait::RankInput,
+            (Some(_), Some(_), true) => InputWait::Input,
+            (Some(_), None, true) => InputWait::Nothing,
+        };
+        if want == self.input_wait {
+            return;
+        }
+        match self.input_wait {
+            InputWait::Input if !self.input_unpollable => {
+                if let Some(i) = &self.input {
+                    self.poller.remove(i);
+                }
+            }
+            InputWait::RankInput => {
+                if let Some(p) = rank0 {
+                    self.poller.remove(p);
+                }
+            }
+            _ => {}
+        }
+        self.input_wait = want;
+        match want {
+            InputWait::Input if !self.input_unpollable => {
+                if let Some(i) = &self.input {
+                    if self.poller.add(i, INPUT, Interest::Read).is_err() {
+                        // A regular file or /dev/null: always ready, read
+                        // it between waits instead.
+                        self.input_unpollable = true;
+                    }
+                }
+            }
+            InputWait::RankInput => {
+                if let Some(p) = rank0 {
+                    let _ = self.poller.add(p, RANK_INPUT, Interest::Write);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Reads an input that epoll cannot watch; true while more is ready.
+    fn pump_unpollable_input(&mut self, buf: &mut [u8]) -> bool {
+        for _ in 0..16 {
+            if !(self.input_unpollable && self.input_wait == InputWait::Input) {
+                return false;
+            }
+            self.on_input(buf);
+        }
+        self.input_unpollable && self.input_wait == InputWait::Input
+    }
+
     fn on_input(&mut self, buf: &mut [u8]) {
         let Some(input) = self.input.as_mut() else {
             return;
         };
         match input.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Ok(0) | Err(_) => {
                 // End of ibrun's input: rank 0 sees end of file too.
+                if self.input_wait == InputWait::Input && !self.input_unpollable {
+                    self.poller.remove(input);
+                    self.input_wait = InputWait::Nothing;
+                }
                 self.input = None;
                 if self.input_buf.is_empty() {
-                    self.ranks[0].stdin = None;
+                    self.close_rank0_input();
                 }
             }
             Ok(n) => {
                 self.input_buf.extend_from_slice(&buf[..n]);
                 self.flush_input();
             }
+        }
+        self.watch_input();
+    }
+
+    fn close_rank0_input(&mut self) {
+        if self.input_wait == InputWait::RankInput {
+            if let Some(p) = self.ranks.first().and_then(|r| r.stdin.as_ref()) {
+                self.poller.remove(p);
+            }
+            self.input_wait = InputWait::Nothing;
+        }
+        if let Some(r) = self.ranks.first_mut() {
+            r.stdin = None;
         }
     }
 
@@ -485,14 +546,20 @@ impl Job {
                 _ => {
                     // Rank 0 closed its input: drop what it will never read.
                     self.input_buf.clear();
+                    if let (Some(i), InputWait::Input, false) =
+                        (&self.input, self.input_wait, self.input_unpollable)
+                    {
+                        self.poller.remove(i);
+                        self.input_wait = InputWait::Nothing;
+                    }
                     self.input = None;
-                    self.ranks[0].stdin = None;
+                    self.close_rank0_input();
                     return;
                 }
             }
         }
         if self.input.is_none() {
-            self.ranks[0].stdin = None;
+            self.close_rank0_input();
         }
     }
 
@@ -503,50 +570,27 @@ impl Job {
             accepted.push(c);
         }
         for (s, peer) in accepted {
-            let _ = s.set_nonblocking(true);
-            let _ = s.set_nodelay(true);
-            let id = self.new_conn(Stream::Tcp(s));
-            self.server.add_conn(id, None);
-            if self.verbose {
-                self.log(&format!("PMI connection {id} from {peer}"));
+            match self.conns.add(&self.poller, Stream::Tcp(s)) {
+                Ok(id) => {
+                    self.server.add_conn(id, None);
+                    if self.verbose {
+                        self.log(&format!("PMI connection {id} from {peer}"));
+                    }
+                }
+                Err(e) => self.log(&format!("PMI connection from {peer} refused: {e}")),
             }
         }
     }
 
-    fn on_conn(&mut self, id: ConnId, revents: i16, buf: &mut [u8]) {
-        if revents & libc::POLLOUT != 0 {
-            self.flush_conn(id);
+    fn on_conn(&mut self, id: ConnId, ev: Ready, buf: &mut [u8]) {
+        if ev.writable {
+            self.conns.flush(&self.poller, id);
         }
-        if revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) == 0 {
+        if !(ev.readable || ev.closed) {
             return;
         }
-        let mut closed = false;
-        let mut lines = Vec::new();
-        if let Some(c) = self.conns.get_mut(&id) {
-            loop {
-                match c.stream.read(buf) {
-                    Ok(0) => {
-                        closed = true;
-                        break;
-                    }
-                    Ok(n) => c.lines.extend(&buf[..n]),
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                    Err(_) => {
-                        closed = true;
-                        break;
-                    }
-                }
-            }
-            loop {
-                match c.lines.next_line() {
-                    Ok(Some(l)) => lines.push(Ok(l)),
-                    Ok(None) => break,
-                    Err(e) => lines.push(Err(e)),
-                }
-            }
-        }
-        for line in lines {
+        let got = self.conns.read(id, buf);
+        for line in got.lines {
             let actions = match line {
                 Ok(l) => {
                     if self.verbose {
@@ -558,7 +602,9 @@ impl Job {
                     }
                     if l.starts_with(b"cmd=init ") {
                         if let Some(r) = self.server.rank_of(id) {
-                            self.ranks[r].pmi_initialized = true;
+                            if let Some(rank) = self.ranks.get_mut(r) {
+                                rank.pmi_initialized = true;
+                            }
                         }
                     }
                     self.server.handle_line(id, &l)
@@ -572,27 +618,28 @@ impl Job {
             };
             self.apply(actions);
         }
-        if closed {
+        if got.closed {
+            self.conns.remove(&self.poller, id);
             // A rank's PMI socket closes because the rank is dying. Report
-            // that death before the server tells the others their barrier
-            // failed, or their error exits would be blamed instead.
-            if let Some(r) = self
-                .server
-                .rank_of(id)
-                .filter(|&r| !self.ranks[r].finalized)
-            {
-                let until = Instant::now() + Duration::from_secs(1);
-                while Instant::now() < until {
-                    if matches!(self.ranks[r].child.try_wait(), Ok(Some(_)) | Err(_)) {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(1));
+            // that death, with how it ended, before the server tells the
+            // others their barrier failed, or their error exits would be
+            // blamed instead: wait (in the loop) for its exit status.
+            let unfinished = self.server.rank_of(id).filter(|&r| {
+                self.ranks
+                    .get(r)
+                    .is_some_and(|x| !x.finalized && x.end.is_none())
+            });
+            match unfinished {
+                Some(r) => {
+                    self.closing_conn.insert(r, id);
+                    self.closing
+                        .push_back((r, Instant::now() + CLOSE_WAITS_FOR_EXIT));
                 }
-                self.reap();
+                None => {
+                    let actions = self.server.remove_conn(id);
+                    self.apply(actions);
+                }
             }
-            let actions = self.server.remove_conn(id);
-            self.apply(actions);
-            self.conns.remove(&id);
         }
     }
 
@@ -606,12 +653,7 @@ impl Job {
     fn apply(&mut self, actions: Vec<Action>) {
         for a in actions {
             match a {
-                Action::Reply(id, text) => {
-                    if let Some(c) = self.conns.get_mut(&id) {
-                        c.pending.extend_from_slice(text.as_bytes());
-                    }
-                    self.flush_conn(id);
-                }
+                Action::Reply(id, text) => self.conns.send(&self.poller, id, text.as_bytes()),
                 Action::Log(msg) => self.log(&msg),
                 Action::Finalized(r) => {
                     if let Some(rank) = self.ranks.get_mut(r) {
@@ -624,6 +666,7 @@ impl Job {
                     message,
                 } => {
                     let who = rank
+                        .filter(|&r| r < self.ranks.len())
                         .map_or_else(|| "an unidentified rank".to_string(), |r| self.describe(r));
                     let msg = if message.is_empty() {
                         format!("{who} called abort with exit code {exit_code}")
@@ -636,29 +679,10 @@ impl Job {
         }
     }
 
-    fn flush_conn(&mut self, id: ConnId) {
-        let Some(c) = self.conns.get_mut(&id) else {
+    fn on_output(&mut self, i: usize, is_err: bool, buf: &mut [u8]) {
+        let Some(rank) = self.ranks.get_mut(i) else {
             return;
         };
-        while !c.pending.is_empty() {
-            match c.stream.write(&c.pending) {
-                Ok(0) => break,
-                Ok(n) => {
-                    c.pending.drain(..n);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(_) => {
-                    // The rank is gone; its exit status tells the story.
-                    c.pending.clear();
-                    break;
-                }
-            }
-        }
-    }
-
-    fn on_output(&mut self, i: usize, is_err: bool, buf: &mut [u8]) {
-        let rank = &mut self.ranks[i];
         let pipe = if is_err {
             &mut rank.stderr
         } else {
@@ -667,7 +691,10 @@ impl Job {
         let Some(p) = pipe.as_mut() else { return };
         let (lines, eof) = p.read_lines(buf);
         if eof {
-            *pipe = None;
+            if let Some(p) = pipe.take() {
+                self.poller.remove(p.fd());
+            }
+            self.open_pipes -= 1;
         }
         let remote = rank.remote;
         for line in &lines {
@@ -687,53 +714,73 @@ impl Job {
         }
     }
 
+    /// Collects every child that has ended (each SIGCHLD may stand for
+    /// several), then handles each.
     fn reap(&mut self) {
         let mut ended = Vec::new();
-        for (i, r) in self.ranks.iter_mut().enumerate() {
-            if r.end.is_some() {
-                continue;
-            }
-            if let Ok(Some(status)) = r.child.try_wait() {
-                let end = End::from_status(status);
-                r.end = Some(end);
-                ended.push(i);
-            }
-        }
-        for i in ended {
-            // The proxy's report arrives on stderr just before it exits; read
-            // what is left so that we see it.
-            if self.ranks[i].remote {
-                let mut buf = vec![0u8; 4096];
-                self.on_output(i, true, &mut buf);
-            }
-            let r = &self.ranks[i];
-            let end = r.remote_end.or(r.end).unwrap_or(End::Code(1));
-            let how = match end {
-                End::Code(0) if r.pmi_initialized && !r.finalized => Some((
-                    "exited with status 0 without calling PMI finalize".to_string(),
-                    1,
-                )),
-                End::Code(0) => None,
-                End::Code(c) if r.remote && r.remote_end.is_none() => Some((
-                    format!("ended with status {c} of the remote shell (no report from the proxy)"),
-                    c,
-                )),
-                End::Code(c) => Some((format!("exited with status {c}"), c)),
-                End::Signal(s) => Some((
-                    format!("was killed by signal {s} ({})", signal_name(s)),
-                    128 + s,
-                )),
+        loop {
+            let end = match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(pid, code)) => (pid, End::Code(code)),
+                Ok(WaitStatus::Signaled(pid, sig, _)) => (pid, End::Signal(sig as i32)),
+                Ok(WaitStatus::StillAlive) => break,
+                Ok(_) => continue,
+                Err(Errno::EINTR) => continue,
+                Err(_) => break,
             };
-            if let Some((how, code)) = how {
-                if self.failure.is_none() {
-                    let msg = format!("{} {how}", self.describe(i));
-                    self.fail(msg, code);
-                } else if self.verbose {
-                    self.log(&format!("{} {how}", self.describe(i)));
-                }
+            if let Some(i) = self.by_pid.remove(&end.0.as_raw()) {
+                ended.push((i, end.1));
             }
         }
-        if self.all_exited_at.is_none() && self.ranks.iter().all(|r| r.end.is_some()) {
+        for (i, end) in ended {
+            self.rank_ended(i, end);
+        }
+    }
+
+    fn rank_ended(&mut self, i: usize, end: End) {
+        self.ranks[i].end = Some(end);
+        self.running -= 1;
+        // The proxy's report arrives on stderr just before it exits; read
+        // what is left so that we see it.
+        if self.ranks[i].remote {
+            let mut buf = vec![0u8; 4096];
+            self.on_output(i, true, &mut buf);
+        }
+        let r = &self.ranks[i];
+        let end = r.remote_end.unwrap_or(end);
+        let how = match end {
+            End::Code(0) if r.pmi_initialized && !r.finalized => Some((
+                "exited with status 0 without calling PMI finalize".to_string(),
+                1,
+            )),
+            End::Code(0) => None,
+            End::Code(c) if r.remote && r.remote_end.is_none() => Some((
+                format!("ended with status {c} of the remote shell (no report from the proxy)"),
+                c,
+            )),
+            End::Code(c) => Some((format!("exited with status {c}"), c)),
+            End::Signal(s) => Some((
+                format!("was killed by signal {s} ({})", signal_name(s)),
+                128 + s,
+            )),
+        };
+        if let Some((how, code)) = how {
+            if self.failure.is_none() {
+                // Survivors that asked are told first (and their barriers
+                // fail), then TERM follows. Deaths after that are the job's
+                // own ending and are not announced one by one.
+                let actions = self.server.rank_ended(i, &how);
+                self.apply(actions);
+                let msg = format!("{} {how}", self.describe(i));
+                self.fail(msg, code);
+            } else if self.verbose {
+                self.log(&format!("{} {how}", self.describe(i)));
+            }
+        }
+        if let Some(id) = self.closing_conn.remove(&i) {
+            let actions = self.server.remove_conn(id);
+            self.apply(actions);
+        }
+        if self.running == 0 && self.all_exited_at.is_none() {
             self.all_exited_at = Some(Instant::now());
         }
     }
@@ -757,12 +804,23 @@ impl Job {
             }
         }
         if let (Some(t), false) = (self.term_sent_at, self.kill_sent) {
-            if now >= t + self.kill_grace && self.running().count() > 0 {
+            if now >= t + self.kill_grace && self.running > 0 {
                 if self.verbose {
                     self.log("grace period over; sending SIGKILL");
                 }
                 self.signal_all(Signal::SIGKILL);
                 self.kill_sent = true;
+            }
+        }
+        while let Some(&(r, t)) = self.closing.front() {
+            if now < t {
+                break;
+            }
+            self.closing.pop_front();
+            // No exit status in time: report the plain disconnect.
+            if let Some(id) = self.closing_conn.remove(&r) {
+                let actions = self.server.remove_conn(id);
+                self.apply(actions);
             }
         }
     }
@@ -771,11 +829,7 @@ impl Job {
         let Some(t) = self.all_exited_at else {
             return false;
         };
-        let pipes_open = self
-            .ranks
-            .iter()
-            .any(|r| r.stdout.is_some() || r.stderr.is_some());
-        if !pipes_open {
+        if self.open_pipes == 0 {
             return true;
         }
         if Instant::now() >= t + DRAIN_AFTER_EXIT {
@@ -793,6 +847,7 @@ impl Job {
                     }
                 }
             }
+            self.open_pipes = 0;
             return true;
         }
         false
@@ -808,11 +863,8 @@ impl Job {
     /// A rank could not be started: end the ones that were.
     pub fn abort_start(&mut self, message: &str) {
         self.fail(message.to_string(), 127);
-        if self.ranks.is_empty() {
+        if self.running == 0 {
             self.all_exited_at = Some(Instant::now());
         }
     }
 }
-
-/// How long output may still arrive after the last rank exited.
-const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(1000);

@@ -9,6 +9,7 @@ mod spawn;
 
 use std::io::IsTerminal;
 use std::net::{IpAddr, SocketAddr, TcpListener, ToSocketAddrs, UdpSocket};
+use std::os::fd::AsRawFd;
 
 use ibcoll_launcher::mapping::format_process_mapping;
 use ibcoll_launcher::server::{PmiServer, ServerConfig};
@@ -54,48 +55,76 @@ fn new_job_id() -> String {
 }
 
 /// The address remote hosts can reach us at: the source address the kernel
-/// would use towards the first remote host (a UDP connect sends nothing).
-fn pick_pmi_addr(explicit: Option<&str>, first_remote: Option<&str>) -> Result<IpAddr, String> {
+/// would use towards the first remote host that is an address or resolves
+/// (a UDP connect sends nothing). Hosts are often given as addresses where
+/// names do not resolve; what ranks are told is always an address.
+fn pick_pmi_addr(explicit: Option<&str>, remotes: &[&str]) -> Result<IpAddr, String> {
     if let Some(a) = explicit {
         return a
             .parse()
             .map_err(|_| format!("--pmi-addr {a:?} is not an IP address"));
     }
-    let Some(host) = first_remote else {
+    if remotes.is_empty() {
         return Ok(IpAddr::from([127, 0, 0, 1]));
-    };
-    let target: SocketAddr = (host, 9)
-        .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve host {host:?}: {e}"))?
-        .next()
-        .ok_or_else(|| format!("host {host:?} has no address"))?;
-    let bind: SocketAddr = if target.is_ipv4() {
-        "0.0.0.0:0".parse().expect("literal")
-    } else {
-        "[::]:0".parse().expect("literal")
-    };
-    let s = UdpSocket::bind(bind).map_err(|e| e.to_string())?;
-    s.connect(target)
-        .map_err(|e| format!("no route to host {host:?} ({target}): {e}; use --pmi-addr"))?;
-    Ok(s.local_addr().map_err(|e| e.to_string())?.ip())
+    }
+    let mut unresolved = Vec::new();
+    for &host in remotes {
+        let target = match host.parse::<IpAddr>() {
+            Ok(ip) => SocketAddr::new(ip, 9),
+            Err(_) => match (host, 9).to_socket_addrs().map(|mut a| a.next()) {
+                Ok(Some(a)) => a,
+                Ok(None) => {
+                    unresolved.push(format!("{host}: no address"));
+                    continue;
+                }
+                Err(e) => {
+                    unresolved.push(format!("{host}: {e}"));
+                    continue;
+                }
+            },
+        };
+        let bind: SocketAddr = if target.is_ipv4() {
+            "0.0.0.0:0".parse().expect("literal")
+        } else {
+            "[::]:0".parse().expect("literal")
+        };
+        let s = UdpSocket::bind(bind).map_err(|e| e.to_string())?;
+        s.connect(target)
+            .map_err(|e| format!("no route to host {host:?} ({target}): {e}; use --pmi-addr"))?;
+        return Ok(s.local_addr().map_err(|e| e.to_string())?.ip());
+    }
+    Err(format!(
+        "cannot choose the address remote ranks reach ibrun at: no host resolves ({}); \
+         give the hosts as IP addresses or --pmi-addr ADDR",
+        unresolved.join("; ")
+    ))
 }
 
 fn run(opts: cli::Options) -> Result<i32, String> {
     let signals =
         job::block_signals().map_err(|e| format!("cannot set up signal handling: {e}"))?;
     let slots = plan::place(&opts)?;
+    spawn::raise_fd_limit(slots.len());
     let size = slots.len();
     let map = plan::node_map(&slots);
     let job_id = new_job_id();
 
     let local_over_tcp = std::env::var("IBRUN_PMI_TCP").is_ok_and(|v| v == "1");
-    let first_remote = slots.iter().find_map(|s| s.host.as_deref());
-    let listener = if first_remote.is_some() || local_over_tcp {
-        let ip = pick_pmi_addr(opts.pmi_addr.as_deref(), first_remote)?;
-        Some(
-            TcpListener::bind((ip, 0))
-                .map_err(|e| format!("cannot listen for PMI on {ip}: {e}"))?,
-        )
+    let mut remotes: Vec<&str> = Vec::new();
+    for h in slots.iter().filter_map(|s| s.host.as_deref()) {
+        if remotes.last() != Some(&h) {
+            remotes.push(h);
+        }
+    }
+    let listener = if !remotes.is_empty() || local_over_tcp {
+        let ip = pick_pmi_addr(opts.pmi_addr.as_deref(), &remotes)?;
+        let l = TcpListener::bind((ip, 0))
+            .map_err(|e| format!("cannot listen for PMI on {ip}: {e}"))?;
+        // std listens with a backlog of 128; every rank connects at once,
+        // and a dropped SYN costs a second. Listening again resizes it.
+        // SAFETY: listen on the socket `l` owns, open for the call.
+        unsafe { libc::listen(l.as_raw_fd(), 4096) };
+        Some(l)
     } else {
         None
     };
@@ -143,12 +172,14 @@ fn run(opts: cli::Options) -> Result<i32, String> {
         opts.verbose,
         opts.kill_grace,
         opts.timeout,
-    );
+    )
+    .map_err(|e| format!("cannot set up the event loop: {e}"))?;
     let local_host = nix::unistd::gethostname()
         .ok()
         .and_then(|h| h.into_string().ok())
         .unwrap_or_else(|| "localhost".into());
     let mut start_error = None;
+    let started_at = std::time::Instant::now();
     for slot in slots {
         let started = match &slot.host {
             None => {
@@ -179,7 +210,11 @@ fn run(opts: cli::Options) -> Result<i32, String> {
                         local_host.clone()
                     }
                 });
-                job.add_rank(slot, host, s.child, s.pmi);
+                let rank = slot.rank;
+                if let Err(e) = job.add_rank(slot, host, s.child, s.pmi) {
+                    start_error = Some(format!("cannot watch rank {rank}: {e}"));
+                    break;
+                }
             }
             Err(e) => {
                 let what = match &slot.host {
@@ -196,6 +231,11 @@ fn run(opts: cli::Options) -> Result<i32, String> {
     }
     if let Some(e) = start_error {
         job.abort_start(&e);
+    } else if opts.verbose {
+        eprintln!(
+            "ibrun: started {size} rank(s) in {:.3} s",
+            started_at.elapsed().as_secs_f64()
+        );
     }
     let code = job.run();
     proxy::cleanup_shm(&job_id);

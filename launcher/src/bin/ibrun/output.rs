@@ -2,7 +2,7 @@
 //! never interleave mid-line.
 
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd};
 
 /// A nonblocking pipe from a rank, cut into lines.
 pub struct PipeLines<R> {
@@ -14,7 +14,7 @@ pub struct PipeLines<R> {
 /// so a rank printing without newlines cannot grow ibrun's memory.
 const MAX_LINE: usize = 1 << 20;
 
-impl<R: Read + AsRawFd> PipeLines<R> {
+impl<R: Read + AsFd> PipeLines<R> {
     pub fn new(pipe: R) -> Self {
         PipeLines {
             pipe,
@@ -22,8 +22,8 @@ impl<R: Read + AsRawFd> PipeLines<R> {
         }
     }
 
-    pub fn raw(&self) -> RawFd {
-        self.pipe.as_raw_fd()
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.pipe.as_fd()
     }
 
     /// Reads what is available; returns the complete lines (without their

@@ -44,6 +44,9 @@ fn rank_vars(slot: &RankSlot, job: &JobEnv) -> Vec<(String, String)> {
         ("IBCOLL_LOCAL_RANK".into(), slot.local_rank.to_string()),
         ("IBCOLL_LOCAL_SIZE".into(), slot.local_size.to_string()),
         ("IBCOLL_NUM_NODES".into(), job.num_nodes.to_string()),
+        // ibcoll's client subscribes to news of lost ranks only from a
+        // server that names its own kvsname here (ibrun's is the job id).
+        ("IBCOLL_PMI_NOTIFY".into(), job.job_id.clone()),
     ];
     if job.stderr_tty {
         v.push(("IBCOLL_STDERR_TTY".into(), "1".into()));
@@ -52,10 +55,25 @@ fn rank_vars(slot: &RankSlot, job: &JobEnv) -> Vec<(String, String)> {
     v
 }
 
+/// Each rank costs ibrun three or four descriptors (PMI socket, output
+/// pipes, input): raise the soft limit as far as a job of `ranks` needs, so
+/// that thousands of ranks do not run out at the common default of 1024.
+/// Only as far as needed, since the ranks inherit it.
+pub fn raise_fd_limit(ranks: usize) {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let need = 4 * ranks as u64 + 256;
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < need {
+            let _ = setrlimit(Resource::RLIMIT_NOFILE, need.min(hard), hard);
+        }
+    }
+}
+
 /// Runs in a forked child before exec: its own process group (so ibrun can
 /// signal all it starts), and none of the signals ibrun blocks for its
-/// signalfd stay blocked in the rank.
-pub fn child_setup() -> std::io::Result<()> {
+/// signalfd stay blocked in the rank. Only for ranks bound to a CPU: the
+/// others start through posix_spawn, which does both itself.
+fn child_setup() -> std::io::Result<()> {
     // SAFETY: setpgid, sigemptyset and sigprocmask are async-signal-safe and
     // operate on this (child) process and a local sigset only.
     unsafe {
@@ -155,29 +173,50 @@ pub fn start_local(
         pair = Some((parent, child_end));
     }
     let inherit_fd = pair.as_ref().map(|(_, c)| c.as_raw_fd());
-    // SAFETY: the closure runs in the forked child before exec and only calls
-    // async-signal-safe functions (fcntl, setpgid, sigprocmask,
-    // sched_setaffinity); the PMI descriptor stays open in the parent until
-    // spawn returns.
-    unsafe {
-        cmd.pre_exec(move || {
-            if let Some(fd) = inherit_fd {
-                if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
-                    return Err(std::io::Error::last_os_error());
+    if let Some(c) = cpu {
+        // SAFETY: the closure runs in the forked child before exec and only
+        // calls async-signal-safe functions (fcntl, setpgid, sigprocmask,
+        // sched_setaffinity); the PMI descriptor stays open in the parent
+        // until spawn returns.
+        unsafe {
+            cmd.pre_exec(move || {
+                if let Some(fd) = inherit_fd {
+                    if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
                 }
-            }
-            child_setup()?;
-            if let Some(c) = cpu {
-                bind_to_cpu(c)?;
-            }
-            Ok(())
-        });
+                child_setup()?;
+                bind_to_cpu(c)
+            });
+        }
+    } else {
+        // Without a closure std starts the rank with posix_spawn (a vfork,
+        // much cheaper than fork for many ranks), which sets the process
+        // group and clears the signal mask itself. The PMI end must then be
+        // inheritable: ibrun is single-threaded and starts one rank at a
+        // time, so no other child can inherit it before it is closed here.
+        cmd.process_group(0);
+        if let Some(fd) = inherit_fd {
+            set_cloexec(fd, false)?;
+        }
     }
-    let child = cmd.spawn()?;
+    let child = cmd.spawn();
+    if let Some(fd) = inherit_fd {
+        set_cloexec(fd, true)?;
+    }
     Ok(Started {
-        child,
+        child: child?,
         pmi: pair.map(|(parent, _child_end)| parent),
     })
+}
+
+fn set_cloexec(fd: std::os::fd::RawFd, on: bool) -> std::io::Result<()> {
+    let flag = if on { libc::FD_CLOEXEC } else { 0 };
+    // SAFETY: fcntl on a descriptor this process owns and keeps open.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, flag) } == -1 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Quotes a word for a POSIX shell.
@@ -263,10 +302,7 @@ pub fn start_remote(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // SAFETY: setpgid is async-signal-safe; it runs in the child before exec.
-    unsafe {
-        cmd.pre_exec(child_setup);
-    }
+    cmd.process_group(0);
     Ok(Started {
         child: cmd.spawn()?,
         pmi: None,
