@@ -79,6 +79,7 @@ pub const REGISTRY: &[Entry] = &[
     e("IBCOLL_NUM_NODES", "(set by ibrun)", "number of nodes in the job"),
     e("IBCOLL_JOB_ID", "(set by ibrun)", "job name, unique on the machine while the job runs (names shm segments)"),
     e("IBCOLL_STDERR_TTY", "(set by ibrun)", "1 when ibrun's standard error is a terminal (a rank's is a pipe to ibrun): ibcoll-bench tune then shows its progress line"),
+    e("IBCOLL_PMI_NOTIFY", "(set by ibrun)", "ibrun's kvsname: the PMI client subscribes to notifications of lost ranks (so survivors fail at once); 0 turns the subscription off (also under the srun --mpi=none store)"),
     e("IBCOLL_BOOTSTRAP", "auto", "auto: PMI_FD, PMI_PORT, a Slurm step (srun --mpi=none) or a singleton; singleton: ignore Slurm's variables"),
     e("IBCOLL_SLURM_PORT_BASE", "41000", "srun --mpi=none: first port of the range rank 0's key-value store is derived from (job and step ids, 8 fallbacks)"),
     e("IBCOLL_BOOTSTRAP_TIMEOUT", "60", "srun --mpi=none: seconds the other tasks keep trying to reach rank 0's key-value store"),

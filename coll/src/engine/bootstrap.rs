@@ -240,6 +240,11 @@ impl Engine {
             fast: super::FastSeq::new(pl.local_size),
             poisoned: None,
             stats,
+            launcher_fd: None,
+        })
+        .map(|mut e| {
+            e.watch_launcher();
+            e
         })
     }
 }

@@ -395,7 +395,8 @@ impl Engine {
                         w.drain();
                     }
                 }
-                Source::Incoming | Source::Rdma | Source::Launcher => {}
+                Source::Launcher => n += self.take_launcher_news(),
+                Source::Incoming | Source::Rdma => {}
             }
         }
         let Some(net) = &self.net else { return n };
@@ -497,5 +498,65 @@ fn step_dial(c: &mut Connecting, wait: Duration) -> Outcome {
             c.health = Health::Failed(format!("tcp connect failed: {why}"));
             Outcome::Ended(before)
         }
+    }
+}
+
+impl Engine {
+    /// Watches the launcher's notifications of lost ranks (ibrun, the
+    /// `srun --mpi=none` store) in the epoll set, when it sends them.
+    pub(crate) fn watch_launcher(&mut self) {
+        let Some(fd) = self.pmi.as_ref().and_then(|p| p.event_fd()) else {
+            return;
+        };
+        if let Some(net) = &mut self.net {
+            let _ = net.poll.add_input(fd, Source::Launcher);
+            self.launcher_fd = Some(fd);
+        }
+    }
+
+    /// Fails the channels of the ranks the launcher reported lost since
+    /// the last look (never blocks): pending operations on them end with
+    /// `PeerLost` at once instead of after a liveness timeout. Returns how
+    /// many were new.
+    pub(crate) fn take_launcher_news(&mut self) -> usize {
+        let Some(pmi) = self.pmi.as_mut() else {
+            return 0;
+        };
+        let lost = pmi.take_failures();
+        // Stop watching a connection that closed (its fd is gone).
+        if pmi.event_fd().is_none() {
+            if let (Some(fd), Some(net)) = (self.launcher_fd.take(), self.net.as_mut()) {
+                net.poll.remove(fd);
+            }
+        }
+        let mut n = 0;
+        for (r, how) in lost {
+            if r >= self.size() || r == self.rank() {
+                continue;
+            }
+            let reason = format!("the launcher reports it {how}");
+            match self.peers.get_mut(r) {
+                Some(p) => {
+                    if matches!(p.chan.health(), Health::Open) {
+                        p.chan.fail(reason);
+                        n += 1;
+                    }
+                }
+                None => {
+                    let limit = self.cfg.tcp_eager_limit;
+                    self.peers.add(
+                        r,
+                        Channel::Connecting(Box::new(Connecting::failed(reason, limit))),
+                        false,
+                    );
+                    n += 1;
+                }
+            }
+        }
+        if n > 0 {
+            self.any_failed = true;
+            self.health_dirty = true;
+        }
+        n
     }
 }

@@ -688,7 +688,7 @@ pub(crate) struct Engine {
     /// twins used by collectives).
     pub next_ctx: u32,
     last_liveness: Instant,
-    any_failed: bool,
+    pub(crate) any_failed: bool,
     /// The peer a wait outside the operations (a fast path's flag) depends
     /// on: its liveness is watched like an operation's peer.
     pub(crate) watch: Option<usize>,
@@ -704,6 +704,8 @@ pub(crate) struct Engine {
     pub(crate) poisoned: Option<String>,
     /// Counts for `IBCOLL_STATS` (`stats.rs`).
     pub(crate) stats: stats::Stats,
+    /// The launcher's notification descriptor while it is in the epoll set.
+    pub(crate) launcher_fd: Option<std::os::fd::RawFd>,
 }
 
 impl Engine {

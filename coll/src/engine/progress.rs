@@ -146,6 +146,11 @@ impl Engine {
     /// operation (a fast path's shared-memory flag, whose writer rings the
     /// doorbell) cannot be missed.
     fn block(&mut self, done: &mut impl FnMut(&Engine) -> bool) {
+        // News of lost ranks read during another PMI call no longer makes
+        // the launcher's descriptor readable: look before every block.
+        if self.take_launcher_news() > 0 {
+            return;
+        }
         let shm = !self.shm_peers.is_empty();
         let net = self.waits_on_descriptors();
         if shm {
@@ -254,6 +259,7 @@ impl Engine {
             return;
         }
         self.last_liveness = Instant::now();
+        self.take_launcher_news();
         let mut watched: Vec<usize> = Vec::new();
         let mut any_source = false;
         for t in self.st.ops.tokens() {

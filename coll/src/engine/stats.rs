@@ -56,6 +56,12 @@ impl Engine {
             .filter(|p| matches!(p.chan.health(), Health::Failed(_)))
             .count();
         let s = &self.stats;
+        // The client's own counts cover every request it sent (init's
+        // included); the engine's stand in where there is no client.
+        let (puts, gets, fences, fetched) = match self.pmi.as_ref().map(|p| p.stats()) {
+            Some(p) => (p.puts, p.gets, p.fences, p.bytes_fetched),
+            None => (s.puts, s.gets, s.fences, s.fetched_bytes),
+        };
         let seg = self
             .node
             .as_ref()
@@ -75,10 +81,10 @@ impl Engine {
             s.accepted,
             s.rejected,
             self.peers.list.len(),
-            s.puts,
-            s.gets,
-            s.fences,
-            s.fetched_bytes,
+            puts,
+            gets,
+            fences,
+            fetched,
             s.cards_fetched,
             peak_rss_kib(),
         )
