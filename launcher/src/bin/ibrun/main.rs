@@ -73,6 +73,20 @@ fn pick_pmi_addr(explicit: Option<&str>, remotes: &[&str]) -> Result<IpAddr, Str
             Ok(ip) => SocketAddr::new(ip, 9),
             Err(_) => match (host, 9).to_socket_addrs().map(|mut a| a.next()) {
                 Ok(Some(a)) => a,
+                // In an allocation, Slurm knows its nodes' addresses where
+                // their names are not in DNS.
+                _ if std::env::var_os("SLURM_JOB_ID").is_some() => {
+                    match ibcoll_launcher::slurm::node_address(host)
+                        .ok()
+                        .and_then(|a| a.parse::<IpAddr>().ok())
+                    {
+                        Some(ip) => SocketAddr::new(ip, 9),
+                        None => {
+                            unresolved.push(format!("{host}: neither DNS nor scontrol knows it"));
+                            continue;
+                        }
+                    }
+                }
                 Ok(None) => {
                     unresolved.push(format!("{host}: no address"));
                     continue;
