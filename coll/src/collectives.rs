@@ -603,6 +603,9 @@ impl Comm {
                 }
                 if let Some(node) = e.node.clone() {
                     if let Some(area) = FastCall::area(&e, &node) {
+                        if io.reduce.is_some_and(|k| k.is_user()) {
+                            return self.fast_user(e, area, locals, s.coll, &io);
+                        }
                         let mut f = FastCall::begin(
                             &mut e,
                             area,
@@ -612,17 +615,41 @@ impl Comm {
                             self.ctx + 1,
                             op,
                         );
-                        let res = fastpath::run(s.coll, &mut f, &io).map_err(|x| x.with_op(op));
-                        drop(f);
-                        if let Some(k) = io.reduce.filter(|k| k.is_user()) {
-                            user_panic(e, op, k.take_panic());
-                        }
-                        return res;
+                        return fastpath::run(s.coll, &mut f, &io).map_err(|x| x.with_op(op));
                     }
                 }
             }
         }
         self.block_slow(call, choice, &info.nodes)
+    }
+
+    /// The fast path of a collective with a user reduction: once it is
+    /// over, a panic of the operation is resumed ([`user_panic`]). Out of
+    /// line, so that the built-in operations' path returns the fast path's
+    /// result in place.
+    #[inline(never)]
+    fn fast_user(
+        &self,
+        mut e: EngineMut<'_>,
+        area: ibcoll_shm::SlotArea<'_>,
+        locals: &[usize],
+        coll: Collective,
+        io: &FastIo<'_>,
+    ) -> Result<()> {
+        let op = Op::Collective(coll);
+        let mut f = FastCall::begin(
+            &mut e,
+            area,
+            self.rank(),
+            locals,
+            &self.group,
+            self.ctx + 1,
+            op,
+        );
+        let res = fastpath::run(coll, &mut f, io).map_err(|x| x.with_op(op));
+        drop(f);
+        user_panic(e, op, io.reduce.and_then(|k| k.take_panic()));
+        res
     }
 
     #[inline(never)]
