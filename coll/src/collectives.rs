@@ -395,13 +395,17 @@ impl Comm {
     }
 
     /// The node of every rank of the communicator and the most ranks on
-    /// one node (exchanged on first use), and whether the communicator
-    /// qualifies for the shared-memory fast paths.
+    /// one node (from the process manager's map, or exchanged on first use
+    /// without one), and whether the communicator qualifies for the
+    /// shared-memory fast paths. Errors of the first-use exchange are those
+    /// of `caller`, the collective the program called.
     #[inline]
-    fn coll_info(&self) -> Result<&CollInfo> {
+    fn coll_info(&self, caller: Collective) -> Result<&CollInfo> {
         match self.coll.get() {
             Some(i) => Ok(i),
-            None => self.coll_info_first(),
+            None => self
+                .coll_info_first()
+                .map_err(|e| e.with_op(Op::Collective(caller))),
         }
     }
 
@@ -570,7 +574,7 @@ impl Comm {
             Ok(c) => c,
             Err(_) => return call.map(|_| ()),
         };
-        let info = self.coll_info()?;
+        let info = self.coll_info(c.spec.coll)?;
         let s = &c.spec;
         let op = Op::Collective(s.coll);
         let io = FastIo {
@@ -694,7 +698,7 @@ impl Comm {
         if let Some(x) = self.eng.borrow().poison_err(op) {
             return Err(x);
         }
-        let info = self.coll_info()?;
+        let info = self.coll_info(c.spec.coll)?;
         let choice = select::choose(c.spec.coll, self.size(), info.ppn, c.spec.bytes, false)
             .map_err(|e| e.with_op(op))?;
         let mut run = self.build(c, choice, &info.nodes)?;
