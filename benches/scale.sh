@@ -9,13 +9,15 @@
 # the next. Written as a section of docs/PERFORMANCE.md.
 #
 #   benches/scale.sh [REPS]      (default 3)
-#   env: VNODES="16 64 256 512" ONENODE="16 64 128" OMPI="16 64 256 512"
+#   env: VNODES="16 64 256 512" RING="16 64 256 512" ONENODE="16 64 128"
+#        OMPI="16 64 256 512"
 #        OMPI_TIMEOUT=300 DOC=docs/PERFORMANCE.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPS=${1:-3}
 VNODES=${VNODES:-"16 64 256 512"}
 ONENODE=${ONENODE:-"16 64 128"}
+RING=${RING:-"16 64 256 512"}
 OMPI=${OMPI:-"16 64 256 512"}
 OMPI_TIMEOUT=${OMPI_TIMEOUT:-300}
 DOC=${DOC:-docs/PERFORMANCE.md}
@@ -31,7 +33,7 @@ timed() { # file timeout cmd...
   local f=$1 to=$2; shift 2
   local t0 t1
   t0=$(date +%s.%N)
-  if /usr/bin/time -f "%U %S" -o "$f.time" timeout "$to" "$@" >"$f.out" 2>&1; then
+  if /usr/bin/time -f "%U %S" -o "$f.time" timeout -k 10 "$to" "$@" >"$f.out" 2>&1; then
     t1=$(date +%s.%N)
     echo "$(awk "BEGIN{print $t1 - $t0}") $(cat "$f.time")" >"$f"
   else
@@ -44,6 +46,12 @@ for rep in $(seq "$REPS"); do
   for n in $VNODES; do
     timed "$OUT/vnodes.$n.$rep.txt" 600 target/release/ibrun -n "$n" --nodes $((n / 2)) -x IBCOLL_STATS=1 \
       target/release/examples/scale_check barrier
+  done
+  # A program whose ranks talk to two peers each (a ring exchange instead
+  # of the barrier): its cost per rank must not grow with N.
+  for n in $RING; do
+    timed "$OUT/ring.$n.$rep.txt" 600 target/release/ibrun -n "$n" --nodes $((n / 2)) -x IBCOLL_STATS=1 \
+      target/release/examples/scale_check ring
   done
   for n in $ONENODE; do
     timed "$OUT/onenode.$n.$rep.txt" 600 target/release/ibrun -n "$n" -x IBCOLL_STATS=1 \
@@ -92,8 +100,9 @@ def fmt(m, digits=2):
     return f"{v:.{digits}f} ({lo:.{digits}f}-{hi:.{digits}f})"
 
 rows = []
-label = {"vnodes": "ibcoll, virtual nodes of 2", "onenode": "ibcoll, one node", "openmpi": "Open MPI, one node"}
-for kind in ["vnodes", "onenode", "openmpi"]:
+label = {"vnodes": "ibcoll, virtual nodes of 2", "ring": "ibcoll ring exchange (2 peers), virtual nodes of 2",
+         "onenode": "ibcoll, one node", "openmpi": "Open MPI, one node"}
+for kind in ["vnodes", "ring", "onenode", "openmpi"]:
     ns = sorted(n for k, n in runs if k == kind)
     prev = None
     for n in ns:
@@ -118,7 +127,7 @@ section = f"""<!-- scale:begin -->
 ## Startup at scale (`benches/scale.sh`)
 
 {datetime.date.today()}, {reps} interleaved repetitions, medians (min-max); load average before {lb}, after {la}; 2 cores, every job oversubscribed.
-Init + one barrier + finalize. CPU per rank = user + system time of the whole job (launcher and daemons included) / N;
+Init + one barrier + finalize (the ring rows: init + a neighbour exchange + finalize, a program whose ranks talk to two peers). CPU per rank = user + system time of the whole job (launcher and daemons included) / N;
 growth = CPU per rank at N over the N before; gets, connections and peak RSS per rank from `IBCOLL_STATS` (median over ranks; ibcoll only).
 
 | job | N | wall (s) | CPU per rank (ms) | growth | PMI gets per rank | connections per rank | peak RSS per rank (MiB) |
