@@ -5,6 +5,11 @@
 //! Rank 1 first sends a small message, then starts a large rendezvous send
 //! (whose data rank 0 never takes), then kills itself. Rank 0 receives the
 //! small message and then waits for a message rank 1 never sends.
+//!
+//! `peer_death exit`: rank 1 ends with `_exit(1)` instead (no destructors,
+//! no finalize; the kernel closes its sockets just the same). Slurm ends a
+//! whole step as soon as one task dies of a signal, which races the
+//! survivor's report; an abnormal exit does not.
 
 fn main() {
     let c = ibcoll::init().unwrap_or_else(|e| {
@@ -21,6 +26,10 @@ fn main() {
             let big = vec![7u8; 16 << 20];
             ibcoll::scope(|s| {
                 let _pending = c.isend(s, &big, 0, 1).expect("isend");
+                if std::env::args().nth(1).as_deref() == Some("exit") {
+                    // SAFETY: _exit ends the process at once; nothing runs after it.
+                    unsafe { libc::_exit(1) }
+                }
                 // SAFETY: getpid has no preconditions; SIGKILL ends us here.
                 unsafe {
                     libc::kill(libc::getpid(), libc::SIGKILL);
