@@ -14,6 +14,7 @@ enum Kind {
     P2p,
     Coll(Collective),
     Tune,
+    Transpose,
 }
 
 impl Kind {
@@ -22,6 +23,7 @@ impl Kind {
             Kind::P2p => P2P,
             Kind::Coll(_) => COLL,
             Kind::Tune => TUNE,
+            Kind::Transpose => TRANSPOSE,
         }
     }
 }
@@ -44,6 +46,10 @@ pub struct Opts {
     pub plot: Option<PathBuf>,
     /// Tuner: no plots, not even next to `--out`.
     pub no_plot: bool,
+    /// Transpose: one grid R x C (`--grid RxC`; default every shape).
+    pub grid: Option<(usize, usize)>,
+    /// Transpose: the global array's edge N (`--size N`).
+    pub size: Option<usize>,
 }
 
 impl Default for Opts {
@@ -59,6 +65,8 @@ impl Default for Opts {
             out: None,
             plot: None,
             no_plot: false,
+            grid: None,
+            size: None,
         }
     }
 }
@@ -84,6 +92,7 @@ const P2P: u8 = 1;
 const COLL: u8 = 2;
 const TUNE: u8 = 4;
 const RATIOS: u8 = 8;
+const TRANSPOSE: u8 = 16;
 const ALL: u8 = P2P | COLL | TUNE;
 
 /// One option: short name, long name, value (empty: a flag), where it
@@ -108,15 +117,16 @@ const OPTIONS: &[Opt] = &[
         short: Some('i'),
         long: "iterations",
         value: "N",
-        applies: ALL,
-        help: "timed iterations per size (default: by size, as OSU)",
+        applies: ALL | TRANSPOSE,
+        help: "timed iterations per size (default: by size, as OSU);\n\
+               transpose: timed repetitions of each protocol (default 10)",
     },
     Opt {
         short: Some('x'),
         long: "warmup",
         value: "N",
-        applies: ALL,
-        help: "untimed iterations per size before the timed ones",
+        applies: ALL | TRANSPOSE,
+        help: "untimed iterations per size before the timed ones (transpose: default 1)",
     },
     Opt {
         short: Some('W'),
@@ -165,6 +175,21 @@ const OPTIONS: &[Opt] = &[
     },
     Opt {
         short: None,
+        long: "grid",
+        value: "RxC",
+        applies: TRANSPOSE,
+        help: "transpose: only the R x C process grid (default: every shape of the job)",
+    },
+    Opt {
+        short: None,
+        long: "size",
+        value: "N",
+        applies: TRANSPOSE,
+        help: "transpose: the N x N x N array of f64 (default 64; rounded up to a\n\
+               multiple of R and C)",
+    },
+    Opt {
+        short: None,
         long: "title",
         value: "TEXT",
         applies: RATIOS,
@@ -174,14 +199,14 @@ const OPTIONS: &[Opt] = &[
         short: Some('h'),
         long: "help",
         value: "",
-        applies: ALL | RATIOS,
+        applies: ALL | RATIOS | TRANSPOSE,
         help: "this text",
     },
     Opt {
         short: Some('V'),
         long: "version",
         value: "",
-        applies: ALL | RATIOS,
+        applies: ALL | RATIOS | TRANSPOSE,
         help: "print the version",
     },
 ];
@@ -201,6 +226,10 @@ benchmarks (2 or more ranks; OSU output on rank 0):
   tune                every algorithm of every collective at every size: prints
                       the rankings, writes the winners as a tuning table
                       (IBCOLL_TUNING_FILE) and draws what it measured
+  transpose           a spectral transform's transpose on an R x C grid (row and
+                      column communicators), every protocol (alltoall algorithms,
+                      alltoallv, sendrecv, nonblocking orders), each result
+                      checked; per grid the PSTSWM table of the protocols
   plot-ratios TABLE   no ranks: bar chart of a tab-separated table of ratios,
                       lines `panel<TAB>label<TAB>series<TAB>ratio` (# comments;
                       ratio `-` when missing), as benches/compare-coll.sh writes
@@ -262,10 +291,18 @@ pub fn parse_size(s: &str) -> Option<usize> {
     d.parse::<usize>().ok()?.checked_mul(m)
 }
 
+/// `RxC` (or `R*C`), both at least 1.
+pub fn parse_grid(s: &str) -> Option<(usize, usize)> {
+    let (r, c) = s.split_once(['x', 'X', '*'])?;
+    let (r, c) = (r.trim().parse().ok()?, c.trim().parse().ok()?);
+    (r >= 1 && c >= 1).then_some((r, c))
+}
+
 fn kind_of(name: &str) -> Option<Kind> {
     match name {
         "latency" | "bw" | "bibw" => Some(Kind::P2p),
         "tune" => Some(Kind::Tune),
+        "transpose" => Some(Kind::Transpose),
         _ => Collective::from_name(name).map(Kind::Coll),
     }
 }
@@ -346,6 +383,19 @@ where
             "out" => o.out = Some(PathBuf::from(p.value().map_err(err)?)),
             "plot" => o.plot = Some(PathBuf::from(p.value().map_err(err)?)),
             "title" => title = Some(text(p.value().map_err(err)?, &flag)?),
+            "grid" => {
+                let v = text(p.value().map_err(err)?, &flag)?;
+                o.grid = Some(parse_grid(&v).ok_or_else(|| {
+                    format!("{flag} needs RxC with R, C >= 1 (e.g. 4x2), got {v:?}")
+                })?);
+            }
+            "size" => {
+                let v = number(p.value().map_err(err)?, &flag)?;
+                if v == 0 {
+                    return Err(format!("{flag} needs N >= 1"));
+                }
+                o.size = Some(v);
+            }
             other => return Err(format!("--{other} is listed but not read (a bug)")),
         }
     }
@@ -415,6 +465,13 @@ mod tests {
             assert_eq!(p(h), Ok(Cli::Help), "{h}");
         }
         assert_eq!(p("--version"), Ok(Cli::Version));
+        let o = opts("transpose --grid 4x2 --size 48 -i 3 -x 0");
+        assert_eq!(
+            (o.grid, o.size, o.iters, o.warmup),
+            (Some((4, 2)), Some(48), Some(3), Some(0))
+        );
+        assert_eq!(opts("transpose").grid, None);
+        assert_eq!(parse_grid("2*3"), Some((2, 3)));
     }
 
     #[test]
@@ -444,6 +501,11 @@ mod tests {
             ("plot-ratios t.tsv", "needs --out"),
             ("plot-ratios --out x.png", "needs a TABLE"),
             ("plot-ratios t.tsv u.tsv --out x.png", "unexpected argument"),
+            ("transpose --grid 4", "--grid needs RxC"),
+            ("transpose --grid 0x8", "--grid needs RxC"),
+            ("transpose --size 0", "--size needs N >= 1"),
+            ("transpose -m 8", "-m is not an option of transpose"),
+            ("bcast --grid 2x2", "--grid is not an option of bcast"),
         ] {
             let e = p(line).unwrap_err();
             assert!(e.contains(want), "{line:?}: {e}");
@@ -472,10 +534,15 @@ mod tests {
             (COLL, "bcast"),
             (TUNE, "tune"),
             (RATIOS, "plot-ratios t"),
+            (TRANSPOSE, "transpose"),
         ];
         for o in OPTIONS {
             for &(bit, bench) in benches.iter().filter(|(b, _)| o.applies & b != 0) {
-                let value = if o.value.is_empty() { "" } else { "8" };
+                let value = match (o.value, o.long) {
+                    ("", _) => "",
+                    (_, "grid") => "2x4",
+                    _ => "8",
+                };
                 let line = format!("{bench} --{} {value} --out x", o.long);
                 let line = if bit & (TUNE | RATIOS) == 0 {
                     line.replace(" --out x", "")

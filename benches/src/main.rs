@@ -8,6 +8,8 @@
 //! and MPICH (benches/mpi/osu_p2p.c) can be compared line by line.
 //! Benchmarks are entries of [`BENCHES`]; the collectives (`coll.rs`) run as
 //! `ibcoll-bench <collective> [--algorithm NAME] [-m MIN:MAX] [--plot FILE]`.
+//! `ibcoll-bench transpose [--grid RxC] [--size N]` ranks the ways of
+//! writing a spectral transform's transpose (`transpose/`).
 //! `ibcoll-bench --help` lists every option (`cli.rs`).
 
 use std::process::exit;
@@ -22,6 +24,7 @@ mod coll;
 mod plot;
 mod progress;
 mod ratios;
+mod transpose;
 
 /// Lets the rdma channel keep buffer registrations across messages.
 #[global_allocator]
@@ -67,6 +70,11 @@ const BENCHES: &[(&str, &str, BenchFn)] = &[
     ("scan", "Scan Latency Test", coll::scan),
     ("exscan", "Exscan Latency Test", coll::exscan),
     ("tune", "Collective Tuner", coll::tune),
+    (
+        "transpose",
+        "Transpose Protocols (PSTSWM-style)",
+        transpose::run,
+    ),
 ];
 
 /// 0, then powers of two from max(1, min) up to max.
