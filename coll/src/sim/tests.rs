@@ -574,3 +574,54 @@ fn random_v_counts_and_placements() {
         }
     }
 }
+
+#[test]
+fn node_aware_algorithms_on_random_placements() {
+    // Every node-aware algorithm, 1..=64 ranks, on placements drawn at
+    // random: uneven ranks per node, nodes of one rank, ranks of a node
+    // not consecutive (a `split` communicator or round-robin placement).
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = |m: usize| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % m as u64) as usize
+    };
+    for n in 1..=64 {
+        for trial in 0..3 {
+            let k = 1 + next(n.min(9));
+            let nodes: Vec<usize> = match trial {
+                0 => (0..n).map(|r| r % k).collect(),
+                _ => (0..n).map(|_| 100 + next(k)).collect(),
+            };
+            for c in Collective::ALL {
+                let Some(alg) = crate::algorithms::find(c, "node_aware") else {
+                    continue;
+                };
+                for count in [0, 1, 5, 40] {
+                    for in_place in [false, true] {
+                        if in_place && !has_in_place(c) {
+                            continue;
+                        }
+                        let case = Case {
+                            c,
+                            n,
+                            count,
+                            root: next(n),
+                            in_place,
+                            nodes: nodes.clone(),
+                            salt: 3 + next(1000),
+                        };
+                        if let Err(e) = check(&case, &alg) {
+                            panic!(
+                                "{} node_aware n={n} nodes={nodes:?} count={count} root={} in_place={in_place}: {e}",
+                                c.name(),
+                                case.root
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

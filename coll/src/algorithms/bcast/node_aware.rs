@@ -1,0 +1,75 @@
+//! Node-aware broadcast. The root leads its node; other nodes are led by
+//! their lowest rank.
+//!
+//! Below four pipeline segments (`Args::seg`, the rule's `segment_bytes`):
+//! a binomial tree among the leaders, then a
+//! binomial tree inside every node (every byte crosses the network once
+//! per node, in ceil(log2 nodes) steps). From there the two phases are
+//! pipelined: the buffer flows in `Args::seg`-element segments down a
+//! chain of leaders, and each leader passes every segment on down its
+//! node's binomial tree while it takes the next one, so the inter- and
+//! intra-node transfers overlap.
+
+use crate::algorithms::levels::Levels;
+use crate::algorithms::{bcast, tree_children, tree_parent, Args};
+use crate::schedule::{Buf, Builder, Schedule};
+
+pub fn build(a: &Args) -> Schedule {
+    let l = Levels::new(a, true);
+    let mut b = Builder::new(a.esize);
+    let all = (Buf::Recv, 0, a.count);
+    let mine = l.mine();
+    let lead = l.lead[l.node];
+    let leaders = l.leaders();
+    let k = leaders.len();
+    if a.count < 4 * a.seg {
+        if l.leads() {
+            bcast::binomial::tree(&mut b, &leaders, l.node, l.root_node, all);
+        }
+        bcast::binomial::tree(&mut b, mine, l.me, lead, all);
+        return b.finish();
+    }
+    // Parent and children in the combined tree: leaders form a chain from
+    // the root's node, every node a binomial tree under its leader.
+    let n = mine.len();
+    let vr = (l.me + n - lead) % n;
+    let at = |v: usize| mine[(v + lead) % n];
+    let pos = (l.node + k - l.root_node) % k;
+    let mut kids: Vec<usize> = Vec::new();
+    let parent = if vr == 0 {
+        if pos + 1 < k {
+            kids.push(leaders[(l.node + 1) % k]);
+        }
+        (pos > 0).then(|| leaders[(l.node + k - 1) % k])
+    } else {
+        tree_parent(vr).map(at)
+    };
+    kids.extend(tree_children(vr, n).into_iter().rev().map(at));
+    let seg = a.seg.max(1);
+    let nseg = a.count.div_ceil(seg);
+    let part = |t: usize| (Buf::Recv, t * seg, seg.min(a.count - t * seg));
+    match parent {
+        None => {
+            for t in 0..nseg {
+                for &c in &kids {
+                    b.send(c, part(t));
+                }
+                b.end_round();
+            }
+        }
+        Some(p) => {
+            for t in 0..=nseg {
+                if t < nseg {
+                    b.recv(p, part(t));
+                }
+                if t >= 1 {
+                    for &c in &kids {
+                        b.send(c, part(t - 1));
+                    }
+                }
+                b.end_round();
+            }
+        }
+    }
+    b.finish()
+}
