@@ -11,6 +11,9 @@
 #        COLLS="barrier bcast ...", SIZES="8 65536 1048576", DOC=file,
 #        IBX="VAR=VAL ..." extra variables exported to the ibcoll ranks
 #        (e.g. IBCOLL_ALLREDUCE_ALGORITHM=ring to measure one algorithm),
+#        ALGS="node_aware ring": also run ibcoll with each algorithm forced
+#        (IBCOLL_<COLL>_ALGORITHM; skipped where the collective lacks it),
+#        interleaved with the others, as extra columns,
 #        TAG=name: keep the results under target/compare-hosts/TAG and
 #        write no doc section (for measuring rules side by side)
 #
@@ -30,6 +33,7 @@ H=${IBCOLL_HOSTS_DIR:-$PWD/../shared/hosts}
 H=$(cd "$H" && pwd)
 IBX=${IBX:-}
 TAG=${TAG:-}
+ALGS=${ALGS:-}
 OUT=target/compare-hosts${TAG:+/$TAG}
 ADDRS=(10.251.0.11 10.251.0.12 10.251.0.13 10.251.0.14)
 mkdir -p "$OUT" target/mpi
@@ -66,9 +70,15 @@ one() { # impl shape coll size rep
     hl+="${hl:+,}${ADDRS[$i]}:$ppn"
     echo "${ADDRS[$i]} slots=$ppn" >>"$OUT/hostfile.$shape"
   done
+  local env=()
+  case $impl in ibcoll~*)
+    local alg=${impl#ibcoll~} var
+    var=IBCOLL_$(echo "$coll" | tr a-z A-Z)_ALGORITHM
+    env=(-x "$var=$alg"); impl=ibcoll ;;
+  esac
   case $impl in
     ibcoll) timeout 300 target/release/ibrun --timeout 280 --rsh "$H/nsrsh" -n "$np" --hosts "$hl" \
-      "${XS[@]}" "$PWD/target/release/ibcoll-bench" "$coll" -m "$size:$size" -i "$it" -x "$wu" >"$f" 2>&1 ;;
+      "${XS[@]}" "${env[@]}" "$PWD/target/release/ibcoll-bench" "$coll" -m "$size:$size" -i "$it" -x "$wu" >"$f" 2>&1 ;;
     openmpi) timeout 300 mpirun.openmpi --allow-run-as-root --hostfile "$OUT/hostfile.$shape" -np "$np" \
       --mca plm_rsh_agent "$H/nsrsh" --mca btl_tcp_if_include 10.251.0.0/24 \
       --mca oob_tcp_if_include 10.251.0.0/24 --mca mpi_yield_when_idle 1 \
@@ -81,7 +91,9 @@ for shape in $SHAPES; do
     for size in $SIZES; do
       [ "$coll" = barrier ] && [ "$size" != "$(echo $SIZES | cut -d' ' -f1)" ] && continue
       for rep in $(seq "$REPS"); do
-        for impl in ibcoll openmpi; do one $impl "$shape" "$coll" "$size" "$rep"; done
+        for impl in ibcoll $(for a in $ALGS; do
+            target/release/ibcoll-info 2>/dev/null | grep -q "IBCOLL_$(echo "$coll" | tr a-z A-Z)_ALGORITHM .*[ ,]$a[,) ]" && echo "ibcoll~$a"
+          done) openmpi; do one $impl "$shape" "$coll" "$size" "$rep"; done
       done
     done
   done
@@ -95,6 +107,7 @@ out, doc, reps, lb, la, ncpu, tag, ibx = sys.argv[1:9]
 data = {}
 for f in glob.glob(os.path.join(out, "*.txt")):
     impl, shape, coll, size, rep = os.path.basename(f)[:-4].split(".")
+    impl = impl.replace("~", " ")
     for line in open(f):
         m = re.match(r"^(\d+)\s+([\d.]+)", line)
         if m:
@@ -117,12 +130,14 @@ lines = ["<!-- compare-hosts:begin -->",
          f"ranks per host. Load average before {lb}, after {la}." + (f" ibcoll ran with `{ibx}`." if ibx else ""),
          "The last column is ibcoll's median over Open MPI's (<= 1.00 meets the target).",
          ""]
+extra = sorted({i for d in data.values() for i in d if i.startswith("ibcoll ")})
 for shape in sorted({k[0] for k in data}, key=order):
-    lines += [f"## {shape} ({order(shape)[0]} ranks)", "", "| collective | size (B) | ibcoll | Open MPI | ibcoll / Open MPI |", "|---|---:|---:|---:|---:|"]
+    head = "| collective | size (B) | ibcoll | " + "".join(f"{e} | " for e in extra) + "Open MPI | ibcoll / Open MPI |"
+    lines += [f"## {shape} ({order(shape)[0]} ranks)", "", head, "|---|---:|" + "---:|" * (len(extra) + 3)]
     for (s, coll, size) in sorted(k for k in data if k[0] == shape):
         d = data[(s, coll, size)]
         ratio = f"{statistics.median(d['ibcoll']) / statistics.median(d['openmpi']):.2f}" if d.get("ibcoll") and d.get("openmpi") else "-"
-        lines.append(f"| {coll} | {size} | {cell(d.get('ibcoll'))} | {cell(d.get('openmpi'))} | {ratio} |")
+        lines.append(f"| {coll} | {size} | {cell(d.get('ibcoll'))} | " + "".join(f"{cell(d.get(e))} | " for e in extra) + f"{cell(d.get('openmpi'))} | {ratio} |")
     lines.append("")
 lines.append("<!-- compare-hosts:end -->")
 block = "\n".join(lines) + "\n"
