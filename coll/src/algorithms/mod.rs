@@ -477,8 +477,22 @@ pub(crate) fn node_groups(nodes: &[usize], size: usize) -> Vec<Vec<usize>> {
     if nodes.len() != size {
         return vec![(0..size).collect()];
     }
-    // One pass with a map from node id to group (a linear search per rank
-    // is quadratic in nodes at 1,024 nodes).
+    // Placement in blocks (the usual case): one group per run of equal
+    // ids, no map.
+    if nodes.windows(2).all(|w| w[0] <= w[1]) {
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for (r, w) in nodes.iter().enumerate() {
+            if r == 0 || nodes[r - 1] != *w {
+                groups.push(Vec::new());
+            }
+            if let Some(g) = groups.last_mut() {
+                g.push(r);
+            }
+        }
+        return groups;
+    }
+    // Otherwise one pass with a map from node id to group (a linear search
+    // per rank is quadratic in nodes at 1,024 nodes).
     let mut index: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
     let mut groups: Vec<Vec<usize>> = Vec::new();
     for (r, &n) in nodes.iter().enumerate() {
