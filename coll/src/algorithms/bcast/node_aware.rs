@@ -6,9 +6,9 @@
 //! binomial tree inside every node (every byte crosses the network once
 //! per node, in ceil(log2 nodes) steps). From there the two phases are
 //! pipelined: the buffer flows in `Args::seg`-element segments down a
-//! chain of leaders, and each leader passes every segment on down its
-//! node's binomial tree while it takes the next one, so the inter- and
-//! intra-node transfers overlap.
+//! binomial tree of leaders, and each leader passes every segment on to
+//! its child leaders and down its node's binomial tree while it takes the
+//! next one, so the inter- and intra-node transfers overlap.
 
 use crate::algorithms::levels::Levels;
 use crate::algorithms::{bcast, tree_children, tree_parent, Args};
@@ -29,18 +29,18 @@ pub fn build(a: &Args) -> Schedule {
         bcast::binomial::tree(&mut b, mine, l.me, lead, all);
         return b.finish();
     }
-    // Parent and children in the combined tree: leaders form a chain from
-    // the root's node, every node a binomial tree under its leader.
+    // Parent and children in the combined tree: a binomial tree of the
+    // leaders from the root's node, every node a binomial tree under its
+    // leader (a chain of leaders would pipeline as well but is k deep).
     let n = mine.len();
     let vr = (l.me + n - lead) % n;
     let at = |v: usize| mine[(v + lead) % n];
     let pos = (l.node + k - l.root_node) % k;
+    let lat = |v: usize| leaders[(v + l.root_node) % k];
     let mut kids: Vec<usize> = Vec::new();
     let parent = if vr == 0 {
-        if pos + 1 < k {
-            kids.push(leaders[(l.node + 1) % k]);
-        }
-        (pos > 0).then(|| leaders[(l.node + k - 1) % k])
+        kids.extend(tree_children(pos, k).into_iter().rev().map(lat));
+        tree_parent(pos).map(lat)
     } else {
         tree_parent(vr).map(at)
     };
