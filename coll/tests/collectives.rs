@@ -179,7 +179,7 @@ fn death_on(nodes: &[usize], mode: &str) -> (Vec<Output>, Output) {
         nodes.iter().map(|n| n.to_string()).collect::<String>(),
         mode.replace('_', "")
     );
-    let mut children = start_without_launcher("coll_check", &[mode], &nodes, &job, &[], 120);
+    let mut children = start_without_launcher("coll_check", &[mode], nodes, &job, &[], 120);
     let victim = children.pop().expect("victim");
     // Reap the victim at once: a zombie still counts as alive.
     let victim_out = victim.wait_with_output().expect("wait victim");

@@ -84,11 +84,8 @@ pub fn build(a: &Args) -> Schedule {
     }
     bcast::binomial::tree(&mut b, mine, l.me, 0, (buf, 0, total));
     if !packed {
-        for x in 0..n {
-            b.copy(
-                (buf, pos[x], a.counts[x]),
-                (Buf::Recv, a.displs[x], a.counts[x]),
-            );
+        for (x, &p) in pos.iter().enumerate() {
+            b.copy((buf, p, a.counts[x]), (Buf::Recv, a.displs[x], a.counts[x]));
         }
     }
     b.finish()
