@@ -15,6 +15,7 @@
 //! `coll_check death` (2 or more ranks): the last rank dies in the middle
 //! of an allreduce; every other rank must get `PeerLost` and print
 //! `survivor: got expected error`, also those that never talk to it.
+//! `coll_check death_node_aware`: the same in a node-aware allreduce.
 
 use ibcoll::algorithms::algorithms;
 use ibcoll::select::force_algorithm;
@@ -765,6 +766,9 @@ enum DeathCase {
     /// A fast-path alltoallv of 1 MiB blocks: too big for the slots, so
     /// every block travels as a message of the call.
     ShmMessages,
+    /// A node-aware allreduce of 1 MiB (its sliced two-level form where
+    /// every node has two ranks or more).
+    NodeAware,
 }
 
 fn death(c: &Comm, case: DeathCase) {
@@ -780,6 +784,10 @@ fn death(c: &Comm, case: DeathCase) {
     // to rank 1 and learns of the death through the run's sentinel.
     let (coll, alg, len) = match case {
         DeathCase::Schedule => (Collective::Allreduce, "recursive_doubling", 1 << 20),
+        // Two-level: where the victim shares a node it dies in the
+        // intra-node phase (its node's other ranks wait for its slice),
+        // alone on its node in the inter-node one.
+        DeathCase::NodeAware => (Collective::Allreduce, "node_aware", 1 << 20),
         DeathCase::Shm => (Collective::Allreduce, "shm", 8),
         DeathCase::ShmMessages => (Collective::Alltoallv, "shm", 1 << 20),
     };
@@ -805,7 +813,7 @@ fn death(c: &Comm, case: DeathCase) {
     }
     if c.rank() == victim {
         ibcoll::scope(|s| {
-            let _req = if case == DeathCase::Schedule {
+            let _req = if matches!(case, DeathCase::Schedule | DeathCase::NodeAware) {
                 Some(ok!(
                     c,
                     c.iallreduce(s, &v[..len], &mut out[..len], ReduceOp::Sum),
@@ -873,6 +881,7 @@ fn main() {
     match mode.as_str() {
         "death" => death(&c, DeathCase::Schedule),
         "death_shm" => death(&c, DeathCase::Shm),
+        "death_node_aware" => death(&c, DeathCase::NodeAware),
         "death_shm_messages" => death(&c, DeathCase::ShmMessages),
         "select" => select(&c),
         "all" | "quick" => {

@@ -499,7 +499,7 @@ impl Comm {
             rcounts,
             rdispls,
             in_place: s.in_place,
-            // Only the node-aware algorithm looks at placement.
+            // Only the node-aware algorithms look at placement.
             nodes: if alg == "node_aware" {
                 nodes.to_vec()
             } else {

@@ -64,6 +64,23 @@ fn collectives_8_ranks_on_2_virtual_nodes_oversubscribed() {
 }
 
 #[test]
+fn collectives_6_ranks_on_3_virtual_nodes() {
+    coll_check(&["-n", "6", "--nodes", "3"]);
+}
+
+#[test]
+fn collectives_8_ranks_on_4_virtual_nodes_oversubscribed() {
+    coll_check(&["-n", "8", "--nodes", "4"]);
+}
+
+/// Uneven nodes (3, 3, 1): the two-level algorithms' folds and a node
+/// of one rank.
+#[test]
+fn collectives_7_ranks_on_3_uneven_virtual_nodes() {
+    coll_check(&["-n", "7", "--ppn", "3"]);
+}
+
+#[test]
 fn collectives_6_ranks_tcp_only() {
     coll_check(&["-n", "6", "-x", "IBCOLL_TRANSPORT=tcp"]);
 }
@@ -148,20 +165,21 @@ fn algorithm_forced_by_environment_and_tuning_file() {
 
 // ---------------------------------------------------------------- peer death
 
-/// Starts `coll_check MODE` (death, death_shm, death_shm_messages) as `size` ranks on one node (shm) or one node
-/// per rank (tcp) under the mini PMI server; the last rank dies in the
-/// middle of an allreduce. Returns (survivors' outputs, victim's output). A
-/// watchdog kills everything after 120 s, so a hang becomes a failure.
-fn death_direct(size: usize, two_nodes: bool, mode: &str) -> (Vec<Output>, Output) {
+/// Starts `coll_check MODE` (death, death_shm, death_shm_messages,
+/// death_node_aware) with ranks on the given (virtual) nodes under the mini
+/// PMI server; the last rank dies in the middle of a collective. Returns
+/// (survivors' outputs, victim's output). A watchdog kills everything
+/// after 120 s, so a hang becomes a failure.
+fn death_on(nodes: &[usize], mode: &str) -> (Vec<Output>, Output) {
+    let size = nodes.len();
     // Unique per test of this binary (they run in parallel).
     let job = format!(
         "cd{}{}{size}{}",
         std::process::id(),
-        if two_nodes { "t" } else { "s" },
+        nodes.iter().map(|n| n.to_string()).collect::<String>(),
         mode.replace('_', "")
     );
-    let nodes: Vec<usize> = (0..size).map(|r| if two_nodes { r } else { 0 }).collect();
-    let mut children = start_without_launcher("coll_check", &[mode], &nodes, &job, &[], 120);
+    let mut children = start_without_launcher("coll_check", &[mode], nodes, &job, &[], 120);
     let victim = children.pop().expect("victim");
     // Reap the victim at once: a zombie still counts as alive.
     let victim_out = victim.wait_with_output().expect("wait victim");
@@ -178,8 +196,13 @@ fn check_survivors(size: usize, two_nodes: bool) {
 }
 
 fn check_survivors_of(size: usize, two_nodes: bool, mode: &str) {
+    let nodes: Vec<usize> = (0..size).map(|r| if two_nodes { r } else { 0 }).collect();
+    check_survivors_on(&nodes, mode);
+}
+
+fn check_survivors_on(nodes: &[usize], mode: &str) {
     use std::os::unix::process::ExitStatusExt;
-    let (outs, victim) = death_direct(size, two_nodes, mode);
+    let (outs, victim) = death_on(nodes, mode);
     assert_eq!(
         victim.status.signal(),
         Some(libc::SIGKILL),
@@ -218,6 +241,15 @@ fn rank_death_in_shm_fast_path_is_an_error() {
 fn rank_death_in_shm_fast_path_messages_is_an_error() {
     check_survivors_of(2, false, "death_shm_messages");
     check_survivors_of(3, false, "death_shm_messages");
+}
+
+/// The victim (rank 3) shares node 1 with rank 2 and dies in the
+/// intra-node phase of a node-aware allreduce; alone on node 1 (ranks 0-1
+/// on node 0) it dies in the inter-node phase among the leaders.
+#[test]
+fn rank_death_in_node_aware_phases_is_an_error() {
+    check_survivors_on(&[0, 0, 1, 1], "death_node_aware");
+    check_survivors_on(&[0, 0, 1], "death_node_aware");
 }
 
 #[test]

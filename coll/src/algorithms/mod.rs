@@ -25,6 +25,7 @@ pub mod alltoall;
 pub mod barrier;
 pub mod bcast;
 pub mod gather;
+pub(crate) mod levels;
 pub mod reduce;
 pub mod reduce_scatter;
 pub mod scan;
@@ -252,6 +253,7 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
             const L: &[Algorithm] = &[
                 alg("dissemination", barrier::dissemination::build),
                 alg("tree", barrier::tree::build),
+                alg("node_aware", barrier::node_aware::build),
                 SHM_ALG,
             ];
             L
@@ -261,6 +263,7 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
                 alg("binomial", bcast::binomial::build),
                 alg("scatter_allgather", bcast::scatter_allgather::build),
                 alg("chain", bcast::chain::build),
+                alg("node_aware", bcast::node_aware::build),
                 SHM_ALG,
             ];
             L
@@ -272,6 +275,7 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
                     "reduce_scatter_gather",
                     reduce::reduce_scatter_gather::build,
                 ),
+                alg("node_aware", reduce::node_aware::build),
                 SHM_ALG,
             ];
             L
@@ -315,6 +319,7 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
                 alg("ring", allgather::ring::build),
                 alg("recursive_doubling", allgather::recursive_doubling::build),
                 alg("bruck", allgather::bruck::build),
+                alg("node_aware", allgather::node_aware::build),
                 SHM_ALG,
             ];
             L
@@ -324,6 +329,7 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
                 alg("pairwise", alltoall::pairwise::build),
                 alg("bruck", alltoall::bruck::build),
                 alg("linear", alltoall::linear::build),
+                alg("node_aware", alltoall::node_aware::build),
                 SHM_ALG,
             ];
             L
@@ -471,14 +477,32 @@ pub(crate) fn node_groups(nodes: &[usize], size: usize) -> Vec<Vec<usize>> {
     if nodes.len() != size {
         return vec![(0..size).collect()];
     }
-    let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
-    for (r, &n) in nodes.iter().enumerate() {
-        match groups.iter_mut().find(|g| g.0 == n) {
-            Some(g) => g.1.push(r),
-            None => groups.push((n, vec![r])),
+    // Placement in blocks (the usual case): one group per run of equal
+    // ids, no map.
+    if nodes.windows(2).all(|w| w[0] <= w[1]) {
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for (r, w) in nodes.iter().enumerate() {
+            if r == 0 || nodes[r - 1] != *w {
+                groups.push(Vec::new());
+            }
+            if let Some(g) = groups.last_mut() {
+                g.push(r);
+            }
         }
+        return groups;
     }
-    groups.into_iter().map(|g| g.1).collect()
+    // Otherwise one pass with a map from node id to group (a linear search
+    // per rank is quadratic in nodes at 1,024 nodes).
+    let mut index: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (r, &n) in nodes.iter().enumerate() {
+        let g = *index.entry(n).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        groups[g].push(r);
+    }
+    groups
 }
 
 #[cfg(test)]

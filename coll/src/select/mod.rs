@@ -191,6 +191,10 @@ impl Table {
             shm(Exscan, 64, 64 * k),
         ];
         rules.extend([
+            // Several nodes: fan-in/out in the node around a dissemination
+            // among leaders (2 hosts x 2: 123 vs 177 us, 4 x 2: 397 vs
+            // 1360 us on the simulated hosts; docs/COLLECTIVES.md).
+            multi_node(rule(Barrier, ANY, ANY, ANY, "node_aware")),
             rule(Barrier, ANY, ANY, ANY, "dissemination"),
             // Binomial up to 512 KiB on 4 ranks; scatter+allgather
             // wins for larger groups (fewer bytes through the root).
@@ -222,6 +226,12 @@ impl Table {
             // for small vectors over 2 virtual nodes, 7.3 ms vs 8.9
             // (Rabenseifner) and 18 (recursive doubling) at 1 MiB).
             rule(Allreduce, ANY, 1, 32 * k, "recursive_doubling"),
+            // Two nodes (<= 4 ranks) from 32 KiB: the ring, whose one
+            // inter-node hop per step streams best over tcp (simulated
+            // hosts, 1 MiB: 2 x 1 426-447 vs 637-712 us Rabenseifner,
+            // 2 x 2 4.3 vs 7.4-9.0 ms node-aware).
+            multi_node(rule(Allreduce, ANY, ANY, 32 * k, "node_aware")),
+            multi_node(rule(Allreduce, 4, ANY, ANY, "ring")),
             seg(rule(Allreduce, 8, 1, 512 * k, "ring"), ANY),
             rule(Allreduce, ANY, 1, ANY, "rabenseifner"),
             multi,
@@ -289,6 +299,13 @@ impl Table {
             // pieces gain nothing (best whole), more ranks need them
             // for the pipeline; smaller ones (eager on shm) stall a
             // rank that only sends once the ring is full.
+            // Several nodes, <= 8 ranks, small vectors: the chain, whose
+            // first ranks send eagerly and go on, so calls in a row
+            // overlap (simulated hosts, 8 B, us: scan 2 x 2 1.6 vs 120
+            // recursive doubling vs 3.5 Open MPI, 4 x 2 3.9 vs 925 vs 6.7;
+            // exscan alike). A single call still takes n - 1 hops.
+            multi_node(rule(Scan, 8, ANY, 64 * k - 1, "chain")),
+            multi_node(rule(Exscan, 8, ANY, 64 * k - 1, "chain")),
             rule(Scan, ANY, ANY, 64 * k - 1, "recursive_doubling"),
             seg(rule(Scan, 8, ANY, ANY, "chain"), 256 * k),
             rule(Scan, ANY, ANY, ANY, "recursive_doubling"),
@@ -578,6 +595,23 @@ mod tests {
         assert_eq!(pick(8, 8, 8), "recursive_doubling");
         assert_eq!(pick(8, 1, 8), "recursive_doubling");
         assert_eq!(pick(64, 1, 1 << 20), "rabenseifner");
+        assert_eq!(pick(4, 2, 1 << 20), "ring");
+        assert_eq!(pick(2, 1, 1 << 20), "ring");
+        assert_eq!(pick(8, 2, 1 << 20), "node_aware");
+        let barrier = |size, ppn| {
+            t.lookup_where(Collective::Barrier, size, ppn, 0, false)
+                .unwrap()
+                .algorithm
+        };
+        assert_eq!(barrier(8, 2), "node_aware");
+        assert_eq!(barrier(8, 8), "dissemination");
+        let scan = |size, ppn| {
+            t.lookup_where(Collective::Scan, size, ppn, 8, false)
+                .unwrap()
+                .algorithm
+        };
+        assert_eq!(scan(4, 2), "chain");
+        assert_eq!(scan(64, 2), "recursive_doubling");
         let j = Table::from_json(
             r#"{"rules":[{"collective":"bcast","algorithm":"chain","min_nodes":3}]}"#,
         )

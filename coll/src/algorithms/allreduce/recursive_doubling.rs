@@ -4,20 +4,21 @@
 
 use crate::algorithms::reduce_scatter::recursive_halving::vpeer;
 use crate::algorithms::{pow2_floor, Args};
-use crate::schedule::{Buf, Builder, Schedule};
+use crate::schedule::{Buf, Builder, El, Schedule};
 
 pub fn build(a: &Args) -> Schedule {
     let mut b = Builder::new(a.esize);
     b.copy((a.input(), 0, a.count), (Buf::Recv, 0, a.count));
     b.end_round();
     let g: Vec<usize> = (0..a.size).collect();
-    core(&mut b, &g, a.rank, Buf::Recv, a.count);
+    core(&mut b, &g, a.rank, (Buf::Recv, 0, a.count));
     b.finish()
 }
 
-/// Allreduce in place of `buf[0..count]` over the members `g` (this rank is
+/// Allreduce in place of `data` over the members `g` (this rank is
 /// `g[me]`).
-pub(crate) fn core(b: &mut Builder, g: &[usize], me: usize, buf: Buf, count: usize) {
+pub(crate) fn core(b: &mut Builder, g: &[usize], me: usize, data: El) {
+    let (buf, off, count) = data;
     let n = g.len();
     if n <= 1 {
         return;
@@ -27,15 +28,15 @@ pub(crate) fn core(b: &mut Builder, g: &[usize], me: usize, buf: Buf, count: usi
     // Fold (in member indices, mapped to ranks through g).
     let nr = if me < 2 * rem {
         if me % 2 == 0 {
-            b.send(g[me + 1], (buf, 0, count));
+            b.send(g[me + 1], (buf, off, count));
             b.end_round();
-            b.recv(g[me + 1], (buf, 0, count));
+            b.recv(g[me + 1], (buf, off, count));
             b.end_round();
             return;
         }
         let tmp = b.scratch(count);
         b.recv(g[me - 1], (tmp, 0, count));
-        b.reduce((tmp, 0, count), (buf, 0, count), true);
+        b.reduce((tmp, 0, count), (buf, off, count), true);
         b.end_round();
         me / 2
     } else {
@@ -46,14 +47,14 @@ pub(crate) fn core(b: &mut Builder, g: &[usize], me: usize, buf: Buf, count: usi
     while mask < pw {
         let pnr = nr ^ mask;
         let peer = g[vpeer(pnr, rem)];
-        b.send(peer, (buf, 0, count));
+        b.send(peer, (buf, off, count));
         b.recv(peer, (tmp, 0, count));
-        b.reduce((tmp, 0, count), (buf, 0, count), pnr < nr);
+        b.reduce((tmp, 0, count), (buf, off, count), pnr < nr);
         b.end_round();
         mask <<= 1;
     }
     if me < 2 * rem {
-        b.send(g[me - 1], (buf, 0, count));
+        b.send(g[me - 1], (buf, off, count));
         b.end_round();
     }
 }

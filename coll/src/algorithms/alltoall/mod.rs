@@ -3,6 +3,7 @@
 //! `rdispls[i]` (`rcounts[i]` elements) of the receive buffer.
 pub mod bruck;
 pub mod linear;
+pub mod node_aware;
 pub mod pairwise;
 
 use crate::algorithms::Args;

@@ -1,4 +1,5 @@
 //! Broadcast algorithms.
 pub mod binomial;
 pub mod chain;
+pub mod node_aware;
 pub mod scatter_allgather;
