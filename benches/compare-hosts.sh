@@ -15,7 +15,9 @@
 #        (IBCOLL_<COLL>_ALGORITHM; skipped where the collective lacks it),
 #        interleaved with the others, as extra columns,
 #        TAG=name: keep the results under target/compare-hosts/TAG and
-#        write no doc section (for measuring rules side by side)
+#        write no doc section (for measuring rules side by side),
+#        PLOT=file.png (default $OUT/ratios.png): the ibcoll/Open MPI ratios
+#        as bars (ibcoll-bench plot-ratios)
 #
 # Neither side is pinned (every host would pin its first rank to core 0 of
 # the same machine). Open MPI yields when idle; ibcoll runs as it is.
@@ -35,6 +37,7 @@ IBX=${IBX:-}
 TAG=${TAG:-}
 ALGS=${ALGS:-}
 OUT=target/compare-hosts${TAG:+/$TAG}
+PLOT=${PLOT:-$OUT/ratios.png}
 ADDRS=(10.251.0.11 10.251.0.12 10.251.0.13 10.251.0.14)
 mkdir -p "$OUT" target/mpi
 [ -x "$H/nsrsh" ] || { echo "compare-hosts: $H/nsrsh not found" >&2; exit 1; }
@@ -140,6 +143,14 @@ for shape in sorted({k[0] for k in data}, key=order):
         lines.append(f"| {coll} | {size} | {cell(d.get('ibcoll'))} | " + "".join(f"{cell(d.get(e))} | " for e in extra) + f"{cell(d.get('openmpi'))} | {ratio} |")
     lines.append("")
 lines.append("<!-- compare-hosts:end -->")
+# The same medians as ratios, one bar a line, for ibcoll-bench plot-ratios.
+with open(os.path.join(out, "ratios.tsv"), "w") as t:
+    t.write("# panel\tlabel\tseries\tratio (ibcoll median / Open MPI median)\n")
+    for (s, coll, size) in sorted(data, key=lambda k: (order(k[0]), k[1], k[2])):
+        d = data[(s, coll, size)]
+        for impl in ["ibcoll"] + extra:
+            r = statistics.median(d[impl]) / statistics.median(d["openmpi"]) if d.get(impl) and d.get("openmpi") else None
+            t.write(f"{s}\t{coll} {size} B\t{impl} / Open MPI\t" + (f"{r:.3f}\n" if r else "-\n"))
 block = "\n".join(lines) + "\n"
 if not tag:
     text = open(doc).read() if os.path.exists(doc) else ""
@@ -150,3 +161,6 @@ if not tag:
     open(doc, "w").write(text)
 print(block)
 PYEOF
+target/release/ibcoll-bench plot-ratios "$OUT/ratios.tsv" --out "$PLOT" \
+  --title "ibcoll / Open MPI across simulated hosts, median call latency (below 1: ibcoll faster)"
+echo "compare-hosts: drew $PLOT"
