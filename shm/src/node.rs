@@ -70,6 +70,31 @@ impl NodeSegment {
         self.header().attached() as usize >= self.layout.local_size()
     }
 
+    /// Bytes of the segment resident in memory now (on this node, touched
+    /// by any rank: tmpfs pages are shared), by `mincore(2)`.
+    pub fn resident_bytes(&self) -> Result<usize> {
+        let len = self.seg.len();
+        let pages = len.div_ceil(crate::layout::PAGE);
+        let mut v = vec![0u8; pages];
+        // SAFETY: the mapping starts page aligned and is `len` bytes long;
+        // `v` has one byte per page, as mincore writes.
+        let rc = unsafe {
+            libc::mincore(
+                self.seg.as_ptr() as *mut libc::c_void,
+                len,
+                v.as_mut_ptr() as *mut libc::c_uchar,
+            )
+        };
+        if rc != 0 {
+            return Err(ShmError::Segment {
+                name: self.seg.name().to_string(),
+                op: "mincore",
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        Ok(v.iter().filter(|&&b| b & 1 != 0).count() * crate::layout::PAGE)
+    }
+
     /// Removes the segment's file; the mappings stay valid.
     pub fn unlink(&self) -> Result<()> {
         Segment::unlink(self.seg.name())
