@@ -309,3 +309,31 @@ fn senders_to_a_dead_receiver_with_its_queue_full_get_peer_lost() {
     }
     assert!(t.elapsed().as_secs() < 60, "took {:?}", t.elapsed());
 }
+
+#[test]
+fn ibcoll_info_prints_the_segment_formula_for_a_ranks_per_node() {
+    let exe = env!("CARGO_BIN_EXE_ibcoll-info");
+    let o = Command::new(exe)
+        .args(["--ppn", "128"])
+        .env_remove("IBCOLL_SHM_QUEUE_BYTES")
+        .env_remove("IBCOLL_SHM_BOX_BYTES")
+        .env_remove("IBCOLL_SHM_COLL_BYTES")
+        .output()
+        .expect("run ibcoll-info");
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{t}");
+    let key = "shm segment for 128 ranks per node: ";
+    let at = t.find(key).unwrap_or_else(|| panic!("{t}")) + key.len();
+    let bytes: u64 = t[at..]
+        .split(' ')
+        .next()
+        .and_then(|w| w.parse().ok())
+        .unwrap_or_else(|| panic!("{t}"));
+    assert!(bytes <= 128 * (8 << 20), "{t}");
+    assert!(t.contains("formula: 4096 + n * "), "{t}");
+    let bad = Command::new(exe)
+        .args(["--ppn", "x"])
+        .output()
+        .expect("run");
+    assert_eq!(bad.status.code(), Some(2));
+}

@@ -33,9 +33,8 @@
 //! word, which reads as "not yet published".
 //!
 //! A producer that dies between its reservation and its header leaves the
-//! queue stuck at its record; the engine finds the dead peer by its pid and
-//! fails the job's operations on this node that depend on it (every local
-//! rank then gives up within the peer timeout rather than hanging).
+//! queue stuck at its record (see docs/ARCHITECTURE.md, "Node segment
+//! sizing", for what that costs and how it could be lifted).
 
 use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};

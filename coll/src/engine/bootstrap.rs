@@ -254,17 +254,10 @@ impl Engine {
     }
 }
 
-/// The node's segment layout and name; local rank 0 creates it before the
-/// fence (the others open it after).
-fn create_segment(
-    cfg: &Config,
-    pl: &Placement,
-    pmi: &Pmi,
-    use_shm: bool,
-) -> Result<(NodeLayout, String, Option<NodeSegment>)> {
-    let rank = pl.rank;
-    let layout = NodeLayout::from_params(LayoutParams {
-        local_size: pl.local_size,
+/// The parameters of the node segment for `local_size` ranks.
+pub(crate) fn layout_params(cfg: &Config, local_size: usize) -> LayoutParams {
+    LayoutParams {
+        local_size,
         ring_bytes: cfg.ring_bytes,
         queue_bytes: cfg.queue_bytes,
         pipe_slots: if cfg.cma == CmaMode::On {
@@ -274,12 +267,24 @@ fn create_segment(
         },
         pipe_chunk: cfg.pipe_chunk,
         extra_bytes: if cfg.shm_coll_bytes > 0 {
-            ibcoll_shm::SlotArea::bytes_needed(pl.local_size, cfg.shm_coll_bytes)
+            ibcoll_shm::SlotArea::bytes_needed(local_size, cfg.shm_coll_bytes)
         } else {
             0
         },
-    })
-    .map_err(|e| shm_err(rank, e))?;
+    }
+}
+
+/// The node's segment layout and name; local rank 0 creates it before the
+/// fence (the others open it after).
+fn create_segment(
+    cfg: &Config,
+    pl: &Placement,
+    pmi: &Pmi,
+    use_shm: bool,
+) -> Result<(NodeLayout, String, Option<NodeSegment>)> {
+    let rank = pl.rank;
+    let layout =
+        NodeLayout::from_params(layout_params(cfg, pl.local_size)).map_err(|e| shm_err(rank, e))?;
     let seg_name = ibcoll_shm::segment_name(pmi.job_id(), pl.node_id);
     let mut created = None;
     if use_shm && pl.local_rank == 0 {
