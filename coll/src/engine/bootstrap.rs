@@ -531,19 +531,20 @@ fn shm_channels(
 ) -> Result<(Vec<usize>, Option<ShmInbox>)> {
     let rank = pl.rank;
     let mut out = Vec::with_capacity(pl.local_size.saturating_sub(1));
-    // SAFETY: `local_rank` is ours in this segment, and this is the only
-    // inbox and pipe this process makes.
     let mut inbox = match node.layout().queue_offset(pl.local_rank) {
-        Some(_) => Some(
-            unsafe { ShmInbox::new(node.clone(), pl.local_rank) }.map_err(|e| shm_err(rank, e))?,
-        ),
+        // SAFETY: `local_rank` is ours in this segment, and this is the
+        // only inbox this process makes.
+        Some(_) => Some(unsafe { ShmInbox::new(node.clone(), pl.local_rank) })
+            .transpose()
+            .map_err(|e| shm_err(rank, e))?,
         None => None,
     };
     let pipe = match node.layout().pipe_offset(pl.local_rank) {
-        // SAFETY: as above.
-        Some(_) => Some(Rc::new(RefCell::new(
-            unsafe { PipeOut::new(node.clone(), pl.local_rank) }.map_err(|e| shm_err(rank, e))?,
-        ))),
+        // SAFETY: as above, the only pipe sender this process makes.
+        Some(_) => Some(unsafe { PipeOut::new(node.clone(), pl.local_rank) })
+            .transpose()
+            .map_err(|e| shm_err(rank, e))?
+            .map(|p| Rc::new(RefCell::new(p))),
         None => None,
     };
     // The pipe needs both ranks running at once; CMA does not.
