@@ -4,19 +4,23 @@
 //!
 //! # Region
 //! ```text
-//! +0     reserve line: cells ever reserved     CAS by producers
-//! +128   release line: cells ever released     written by the consumer
-//! +256   data: `capacity / 64` cells of 64 bytes
+//! +0       reserve line: cells ever reserved     CAS by producers
+//! +128     release line: cells ever released     written by the consumer
+//! +256     headers: one u64 per cell
+//! +256+c/8 data: `c / 64` cells of 64 bytes (c = capacity)
 //! ```
 //!
 //! # Record
-//! A record occupies `ceil((8 + len) / 64)` consecutive cells and never
-//! wraps (a padding record fills the end of the ring instead):
+//! A record occupies `max(1, ceil(len / 64))` consecutive cells and never
+//! wraps (a padding record fills the end of the ring instead); its header
+//! is the header word of its first cell:
 //! ```text
-//! cell k:   [ header u64 | payload bytes 0..56 ]
-//! cell k+1: [ payload bytes 56..120 ]  ...
 //! header = len (bits 0..32) | kind (bits 32..40) | producer (bits 40..64)
 //! ```
+//! Headers live apart from the data (unlike the fast box, whose records
+//! are small and want header and payload in one line): the queue carries
+//! the larger records, and the consumer then writes one word per record
+//! instead of a word in every line it read.
 //! A producer reserves its cells with one compare-and-swap on the reserve
 //! index (checked against the release index it last read), writes the
 //! payload, then stores the header with Release. The consumer polls the
@@ -24,13 +28,11 @@
 //! a producer that reserved but has not yet published holds up the records
 //! behind it (for as long as it takes to copy its payload).
 //!
-//! # Why stale cells are never mistaken for headers
-//! Reservations of different producers have different sizes on each lap,
-//! so a header may land on any cell. The consumer therefore zeroes the
-//! first word of every cell of a record before it releases the record
-//! (one store per 64 bytes, to lines it has just read), and fresh segment
-//! memory is zero: every cell a producer reserves starts with a zero
-//! word, which reads as "not yet published".
+//! # Why stale words are never mistaken for headers
+//! Only a record's first cell gets a header word, and the consumer zeroes
+//! it before it releases the record; fresh segment memory is zero. So
+//! every header word of a released cell is zero, which reads as "not yet
+//! published", wherever the next lap's records fall.
 //!
 //! A producer that dies between its reservation and its header leaves the
 //! queue stuck at its record (see docs/ARCHITECTURE.md, "Node segment
@@ -52,17 +54,16 @@ pub const MAX_CAPACITY: usize = 1 << 31;
 pub const MAX_PRODUCER: usize = (1 << 24) - 1;
 
 const CELL: usize = CACHE_LINE;
-const HEADER: usize = 8;
 const RESERVE_OFF: usize = 0;
 const RELEASE_OFF: usize = FALSE_SHARING_STRIDE;
-const DATA_OFF: usize = 2 * FALSE_SHARING_STRIDE;
+const HEADERS_OFF: usize = 2 * FALSE_SHARING_STRIDE;
 
 const KIND_DATA: u64 = 1;
 const KIND_PAD: u64 = 2;
 
 /// Bytes of shared memory a queue of `capacity` data bytes needs.
 pub fn region_len(capacity: usize) -> usize {
-    DATA_OFF + capacity
+    HEADERS_OFF + capacity / 8 + capacity
 }
 
 /// Checks that `capacity` is a power of two in
@@ -77,14 +78,14 @@ pub fn check_capacity(capacity: usize) -> Result<()> {
 }
 
 /// Largest payload a queue of `capacity` bytes takes in one record: half
-/// the cells minus the header, so a record always fits once the queue
-/// drains, whatever padding the wrap needs.
+/// the cells, so a record always fits once the queue drains, whatever
+/// padding the wrap needs.
 pub fn max_record_for(capacity: usize) -> usize {
-    capacity / 2 - HEADER
+    capacity / 2
 }
 
 fn cells_for(len: usize) -> u64 {
-    (HEADER + len).div_ceil(CELL) as u64
+    len.div_ceil(CELL).max(1) as u64
 }
 
 fn encode(kind: u64, len: u64, src: u64) -> u64 {
@@ -133,12 +134,13 @@ impl Raw {
 
     fn cell_ptr(&self, pos: u64) -> *mut u8 {
         let idx = (pos & self.mask) as usize;
+        let data_off = HEADERS_OFF + self.cells as usize * 8;
         // SAFETY: idx < cells, so the cell lies inside the data area.
-        unsafe { self.base.add(DATA_OFF + idx * CELL) }
+        unsafe { self.base.add(data_off + idx * CELL) }
     }
 
     fn header(&self, pos: u64) -> &AtomicU64 {
-        self.word(DATA_OFF + (pos & self.mask) as usize * CELL)
+        self.word(HEADERS_OFF + (pos & self.mask) as usize * 8)
     }
 
     fn max_record(&self) -> usize {
@@ -255,7 +257,7 @@ impl QueueProducer {
                 .store(encode(KIND_PAD, pad, self.src), Ordering::Release);
         }
         let pos = t + pad;
-        let mut dst = self.raw.cell_ptr(pos).wrapping_add(HEADER);
+        let mut dst = self.raw.cell_ptr(pos);
         for p in parts {
             // SAFETY: the reservation gives this handle the cells
             // `pos..t + total` alone (they were released by the consumer,
@@ -323,7 +325,7 @@ impl QueueConsumer {
         }
         debug_assert_eq!((h >> 32) & 0xff, KIND_DATA, "corrupt queue header {h:#x}");
         let len = (h & 0xffff_ffff) as usize;
-        let data = self.raw.cell_ptr(self.head).wrapping_add(HEADER);
+        let data = self.raw.cell_ptr(self.head);
         Some(QueueRecord {
             consumer: self,
             data,
@@ -334,8 +336,8 @@ impl QueueConsumer {
 
     fn release(&mut self, cells: u64) {
         self.head += cells;
-        // Release: our reads of the cells, and the zeroing of their first
-        // words, happen before a producer's Acquire of the index lets it
+        // Release: our reads of the cells, and the zeroing of their
+        // header, happen before a producer's Acquire of the index lets it
         // reserve them again.
         self.raw.released().store(self.head, Ordering::Release);
     }
@@ -367,18 +369,13 @@ impl QueueRecord<'_> {
         unsafe { std::slice::from_raw_parts(self.data, self.len) }
     }
 
-    /// Releases the record's cells to the producers, zeroing the first
-    /// word of each first (see the module docs).
+    /// Releases the record's cells to the producers, zeroing its header
+    /// first (see the module docs).
     #[inline]
     pub fn consume(self) {
         let cells = cells_for(self.len);
         let head = self.consumer.head;
-        for k in 0..cells {
-            self.consumer
-                .raw
-                .header(head + k)
-                .store(0, Ordering::Relaxed);
-        }
+        self.consumer.raw.header(head).store(0, Ordering::Relaxed);
         self.consumer.release(cells);
     }
 }
