@@ -26,7 +26,7 @@ pub const REGISTRY: &[Entry] = &[
     e("IBCOLL_EAGER_LIMIT", "32768", "shm: largest message (bytes) copied through the ring; larger ones use rendezvous (single copy by CMA); measured crossover on this machine is above 32 KiB"),
     e("IBCOLL_TCP_EAGER_LIMIT", "65536", "tcp: largest message (bytes) sent eagerly; larger ones use rendezvous (streamed into the user buffer)"),
     e("IBCOLL_SHM_BOX_BYTES", "4096", "capacity of each shm fast box (power of two, at least 1024): one small ring per ordered pair of local ranks for records up to half its size; larger records, and any while the box is full, go to the receiver's queue"),
-    e("IBCOLL_SHM_QUEUE_BYTES", "1048576", "capacity of each local rank's shm receive queue (power of two, at least 2 * (eager limit + 64)), written by every other rank of the node"),
+    e("IBCOLL_SHM_QUEUE_BYTES", "262144", "capacity of each local rank's shm receive queue (power of two, at least 2 * (eager limit + 64)), written by every other rank of the node"),
     e("IBCOLL_SHM_PIPE_SLOTS", "4", "slots per pipelined-copy area (used when CMA is unavailable)"),
     e("IBCOLL_SHM_PIPE_CHUNK", "65536", "bytes per pipelined-copy slot (multiple of 64)"),
     e("IBCOLL_CMA", "auto", "single-copy transfers by process_vm_readv: auto (probe), on, off (always pipelined copy)"),

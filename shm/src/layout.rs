@@ -46,7 +46,7 @@ pub(crate) const FALSE_SHARING_STRIDE: usize = 128;
 pub const DEFAULT_RING_BYTES: usize = 4 * 1024;
 
 /// Suggested receive-queue capacity in bytes.
-pub const DEFAULT_QUEUE_BYTES: usize = 1 << 20;
+pub const DEFAULT_QUEUE_BYTES: usize = 256 << 10;
 
 /// Every parameter of a node layout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
