@@ -25,7 +25,8 @@ pub const REGISTRY: &[Entry] = &[
     e("IBCOLL_TRANSPORT", "auto", "channels to use: auto (shm on a node; rdma between nodes when a usable verbs device exists, else tcp), tcp (tcp everywhere, for testing) or rdma (rdma between every pair of ranks; an error without verbs)"),
     e("IBCOLL_EAGER_LIMIT", "32768", "shm: largest message (bytes) copied through the ring; larger ones use rendezvous (single copy by CMA); measured crossover on this machine is above 32 KiB"),
     e("IBCOLL_TCP_EAGER_LIMIT", "65536", "tcp: largest message (bytes) sent eagerly; larger ones use rendezvous (streamed into the user buffer)"),
-    e("IBCOLL_SHM_RING_BYTES", "262144", "capacity of each shm ring (power of two, at least 2 * (eager limit + 64)); one per ordered pair of local ranks"),
+    e("IBCOLL_SHM_BOX_BYTES", "4096", "capacity of each shm fast box (power of two, at least 1024): one small ring per ordered pair of local ranks for records up to half its size; larger records, and any while the box is full, go to the receiver's queue"),
+    e("IBCOLL_SHM_QUEUE_BYTES", "262144", "capacity of each local rank's shm receive queue (power of two, at least 2 * (eager limit + 64)), written by every other rank of the node"),
     e("IBCOLL_SHM_PIPE_SLOTS", "4", "slots per pipelined-copy area (used when CMA is unavailable)"),
     e("IBCOLL_SHM_PIPE_CHUNK", "65536", "bytes per pipelined-copy slot (multiple of 64)"),
     e("IBCOLL_CMA", "auto", "single-copy transfers by process_vm_readv: auto (probe), on, off (always pipelined copy)"),
@@ -137,6 +138,7 @@ pub struct Config {
     pub eager_limit: usize,
     pub tcp_eager_limit: usize,
     pub ring_bytes: usize,
+    pub queue_bytes: usize,
     pub pipe_slots: usize,
     pub pipe_chunk: usize,
     pub cma: CmaMode,
@@ -244,21 +246,29 @@ impl Config {
         };
         let eager_limit = to_usize("IBCOLL_EAGER_LIMIT", 1 << 30)?;
         let tcp_eager_limit = to_usize("IBCOLL_TCP_EAGER_LIMIT", 1 << 30)?;
-        let ring_bytes = to_usize("IBCOLL_SHM_RING_BYTES", 1 << 31)?;
+        let ring_bytes = to_usize("IBCOLL_SHM_BOX_BYTES", 1 << 31)?;
         if ibcoll_shm::ring::check_capacity(ring_bytes).is_err() {
             return Err(bad(
-                "IBCOLL_SHM_RING_BYTES",
-                &raw("IBCOLL_SHM_RING_BYTES"),
+                "IBCOLL_SHM_BOX_BYTES",
+                &raw("IBCOLL_SHM_BOX_BYTES"),
                 "must be a power of two between 1024 and 2^31",
             ));
         }
-        let max_rec = ibcoll_shm::ring::max_record_for(ring_bytes);
+        let queue_bytes = to_usize("IBCOLL_SHM_QUEUE_BYTES", 1 << 31)?;
+        if ibcoll_shm::queue::check_capacity(queue_bytes).is_err() {
+            return Err(bad(
+                "IBCOLL_SHM_QUEUE_BYTES",
+                &raw("IBCOLL_SHM_QUEUE_BYTES"),
+                "must be a power of two between 4096 and 2^31",
+            ));
+        }
+        let max_rec = ibcoll_shm::queue::max_record_for(queue_bytes);
         if eager_limit + crate::transport::header::HEADER_LEN > max_rec {
             return Err(bad(
                 "IBCOLL_EAGER_LIMIT",
                 &raw("IBCOLL_EAGER_LIMIT"),
                 format!(
-                    "an eager message plus its header must fit in one ring record ({max_rec} bytes with IBCOLL_SHM_RING_BYTES={ring_bytes})"
+                    "an eager message plus its header must fit in one queue record ({max_rec} bytes with IBCOLL_SHM_QUEUE_BYTES={queue_bytes})"
                 ),
             ));
         }
@@ -302,6 +312,7 @@ impl Config {
             eager_limit,
             tcp_eager_limit,
             ring_bytes,
+            queue_bytes,
             pipe_slots,
             pipe_chunk,
             cma,

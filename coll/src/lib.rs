@@ -95,3 +95,16 @@ pub fn cma_status() -> (bool, String) {
         Err(e) => (false, e.to_string()),
     }
 }
+
+/// The node segment layout this configuration (the environment) gives a
+/// node of `ppn` ranks, as `ibcoll-info --ppn` prints it.
+pub fn shm_layout(ppn: usize) -> Result<ibcoll_shm::NodeLayout> {
+    let cfg = config::Config::from_env()?;
+    ibcoll_shm::NodeLayout::from_params(engine::bootstrap::layout_params(&cfg, ppn)).map_err(|e| {
+        Error::InvalidArgument {
+            rank: 0,
+            op: Op::Init,
+            detail: e.to_string(),
+        }
+    })
+}

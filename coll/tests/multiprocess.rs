@@ -250,3 +250,90 @@ fn readme_quickstart() {
         run_ok(&["-n", n], "quickstart", &[]);
     }
 }
+
+// ---------------------------------------------------------------- shm queue
+
+const TINY_QUEUE: [&str; 6] = [
+    "-x",
+    "IBCOLL_SHM_BOX_BYTES=1024",
+    "-x",
+    "IBCOLL_SHM_QUEUE_BYTES=4096",
+    "-x",
+    "IBCOLL_EAGER_LIMIT=1024",
+];
+
+#[test]
+fn full_queue_and_slow_receiver_lose_nothing() {
+    let mut args = vec!["-n", "4"];
+    args.extend_from_slice(&TINY_QUEUE);
+    let o = run(&args, "queue_pressure", &["slow"]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("slow: ok (4 ranks)"), "{t}");
+}
+
+#[test]
+fn senders_to_a_dead_receiver_with_its_queue_full_get_peer_lost() {
+    let job = format!("qptest{}", std::process::id());
+    let env = [
+        ("IBCOLL_SHM_BOX_BYTES", "1024"),
+        ("IBCOLL_SHM_QUEUE_BYTES", "4096"),
+        ("IBCOLL_EAGER_LIMIT", "1024"),
+        ("IBCOLL_PEER_TIMEOUT_MS", "2000"),
+    ];
+    let mut children =
+        start_without_launcher("queue_pressure", &["dead"], &[0, 0, 0, 0], &job, &env, 120);
+    let t = std::time::Instant::now();
+    // Reap the victim first: a zombie still counts as alive.
+    let victim = children
+        .pop()
+        .expect("victim")
+        .wait_with_output()
+        .expect("wait");
+    let outs: Vec<_> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().expect("wait"))
+        .collect();
+    remove_segments(&job, 4);
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        victim.status.signal(),
+        Some(libc::SIGKILL),
+        "{}",
+        text(&victim)
+    );
+    for (r, o) in outs.iter().enumerate() {
+        let s = text(o);
+        assert!(o.status.success(), "survivor {r}:\n{s}");
+        assert!(s.contains(&format!("survivor {r}: got PeerLost")), "{s}");
+    }
+    assert!(t.elapsed().as_secs() < 60, "took {:?}", t.elapsed());
+}
+
+#[test]
+fn ibcoll_info_prints_the_segment_formula_for_a_ranks_per_node() {
+    let exe = env!("CARGO_BIN_EXE_ibcoll-info");
+    let o = Command::new(exe)
+        .args(["--ppn", "128"])
+        .env_remove("IBCOLL_SHM_QUEUE_BYTES")
+        .env_remove("IBCOLL_SHM_BOX_BYTES")
+        .env_remove("IBCOLL_SHM_COLL_BYTES")
+        .output()
+        .expect("run ibcoll-info");
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{t}");
+    let key = "shm segment for 128 ranks per node: ";
+    let at = t.find(key).unwrap_or_else(|| panic!("{t}")) + key.len();
+    let bytes: u64 = t[at..]
+        .split(' ')
+        .next()
+        .and_then(|w| w.parse().ok())
+        .unwrap_or_else(|| panic!("{t}"));
+    assert!(bytes <= 128 * (8 << 20), "{t}");
+    assert!(t.contains("formula: 4096 + n * "), "{t}");
+    let bad = Command::new(exe)
+        .args(["--ppn", "x"])
+        .output()
+        .expect("run");
+    assert_eq!(bad.status.code(), Some(2));
+}

@@ -147,3 +147,52 @@ fn a_peer_nobody_can_reach_is_an_error_naming_it_and_the_address() {
     assert!(out.contains("survivor: got expected error"), "{out}");
     assert!(out.contains("[::1]:"), "names the address tried: {out}");
 }
+
+/// Many ranks on one node (oversubscribed): the ring exchange, alltoall of
+/// small and of 32 KiB blocks and every collective, with the fast paths
+/// and without; the node segment is at most 8 MiB per local rank and at
+/// most 4 MiB per rank of it is resident at the end.
+fn one_node(n: usize, fast: bool) {
+    let n_s = n.to_string();
+    let coll = if fast { "65536" } else { "0" };
+    let coll_var = format!("IBCOLL_SHM_COLL_BYTES={coll}");
+    let o = run_job(
+        600,
+        &["-n", &n_s, "-x", "IBCOLL_STATS=1", "-x", &coll_var],
+        "scale_check",
+        &["node"],
+    );
+    let all = text(&o);
+    assert!(o.status.success(), "{all}");
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains(&format!("scale_check node: ok ({n} ranks)")),
+        "{all}"
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("ibcoll stats: "))
+        .collect();
+    assert_eq!(lines.len(), n, "one line per rank:\n{all}");
+    for l in lines {
+        let seg = field(l, "shm segment=");
+        let res = field(l, "shm resident=");
+        assert!(
+            seg <= n as u64 * (8 << 20),
+            "segment {seg} B at {n} ranks: {l}"
+        );
+        assert!(
+            res <= n as u64 * (4 << 20),
+            "resident {res} B at {n} ranks: {l}"
+        );
+        assert!(res > 0, "{l}");
+    }
+}
+
+#[test]
+fn shm_at_64_and_128_ranks() {
+    for n in [64, 128] {
+        one_node(n, true);
+        one_node(n, false);
+    }
+}

@@ -28,6 +28,7 @@ fn layout() -> NodeLayout {
     NodeLayout::from_params(LayoutParams {
         local_size: 2,
         ring_bytes: std::env::var("RB").map_or(64 * 1024, |v| v.parse().unwrap()),
+        queue_bytes: 0,
         pipe_slots: 4,
         pipe_chunk: 64 * 1024,
         extra_bytes: 4096,
@@ -97,7 +98,7 @@ fn main() {
         (
             node.ring_producer(0, 1).unwrap(),
             node.ring_consumer(1, 0).unwrap(),
-            node.pipe_sender(0, 1).unwrap(),
+            node.pipe_sender(0).unwrap(),
         )
     };
     let w = words(&node);
@@ -199,7 +200,7 @@ fn child(name: &str, iters: u64) {
         (
             node.ring_consumer(0, 1).unwrap(),
             node.ring_producer(1, 0).unwrap(),
-            node.pipe_receiver(0, 1).unwrap(),
+            node.pipe_receiver(0).unwrap(),
         )
     };
     let w = words(&node);

@@ -4,20 +4,28 @@
 //! 0                 header (one page)
 //! doorbells_off     one Doorbell per local rank, 128 B apart
 //! pids_off          one 16-byte slot per local rank: pid, world rank, flags
-//! rings_off         one ring per ordered pair (i -> j, i != j)
-//! pipes_off         optionally one pipe per ordered pair
+//! queues_off        one receive queue per local rank (MPSC, `queue_bytes`)
+//! owners_off        one 128-byte pipe-owner line per local rank
+//! pipes_off         optionally one outgoing pipe per local rank
+//! rings_off         one small fast box (SPSC ring) per ordered pair
 //! claims_off        CLAIM_SLOTS claim slots per ordered pair (split copies)
 //! extra_off         free area for collective fast paths
 //! total_len
 //! ```
 //!
-//! Every area starts on a page; rings, pipes and doorbells are 128-byte
-//! aligned (two cache lines, so the adjacent-line prefetcher cannot make
-//! neighbours share).
+//! Everything large is per rank: a record that does not fit the pair's
+//! box (or finds it full) goes to the receiver's queue, and a pipelined
+//! copy goes through the sender's one pipe. The per-pair part is a box
+//! of `ring_bytes` (4 KiB by default) plus 512 bytes of claim slots; see
+//! docs/ARCHITECTURE.md for the sizes this gives at 64 to 192 ranks.
+//!
+//! Every area starts on a page; rings, queues, pipes and doorbells are
+//! 128-byte aligned (two cache lines, so the adjacent-line prefetcher
+//! cannot make neighbours share).
 
 use crate::doorbell::Doorbell;
 use crate::error::{Result, ShmError};
-use crate::{pipeline, ring};
+use crate::{pipeline, queue, ring};
 
 /// Cache-line size assumed throughout (x86-64 and most aarch64).
 pub const CACHE_LINE: usize = 64;
@@ -33,17 +41,24 @@ pub const RANK_SLOT: usize = 16;
 /// prefetcher pulls 128-byte pairs of lines.
 pub(crate) const FALSE_SHARING_STRIDE: usize = 128;
 
-/// Suggested ring capacity in bytes (the engine's config may override it).
-pub const DEFAULT_RING_BYTES: usize = 64 * 1024;
+/// Suggested fast-box capacity in bytes (the engine's config may override
+/// it).
+pub const DEFAULT_RING_BYTES: usize = 4 * 1024;
+
+/// Suggested receive-queue capacity in bytes.
+pub const DEFAULT_QUEUE_BYTES: usize = 256 << 10;
 
 /// Every parameter of a node layout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LayoutParams {
     /// Number of ranks on the node.
     pub local_size: usize,
-    /// Data capacity of each ring in bytes (power of two, at least
-    /// [`ring::MIN_CAPACITY`]).
+    /// Data capacity of each pair's fast box in bytes (power of two, at
+    /// least [`ring::MIN_CAPACITY`]).
     pub ring_bytes: usize,
+    /// Data capacity of each rank's receive queue (power of two, at least
+    /// [`queue::MIN_CAPACITY`]), or 0 for none (boxes only).
+    pub queue_bytes: usize,
     /// Slots per pipe; 0 for no pipe areas (CMA available).
     pub pipe_slots: usize,
     /// Bytes per pipe slot (multiple of 64); ignored when `pipe_slots` is 0.
@@ -59,6 +74,9 @@ pub struct NodeLayout {
     params: LayoutParams,
     doorbells_off: usize,
     pids_off: usize,
+    queues_off: usize,
+    queue_stride: usize,
+    owners_off: usize,
     rings_off: usize,
     ring_stride: usize,
     pipes_off: usize,
@@ -70,12 +88,13 @@ pub struct NodeLayout {
 }
 
 impl NodeLayout {
-    /// Layout with rings of `ring_bytes` each, no pipe areas and an
-    /// `extra_bytes` free area.
+    /// Layout with boxes of `ring_bytes` each, no queues, no pipe areas
+    /// and an `extra_bytes` free area.
     pub fn new(local_size: usize, ring_bytes: usize, extra_bytes: usize) -> Result<NodeLayout> {
         Self::from_params(LayoutParams {
             local_size,
             ring_bytes,
+            queue_bytes: 0,
             pipe_slots: 0,
             pipe_chunk: 0,
             extra_bytes,
@@ -101,6 +120,17 @@ impl NodeLayout {
         let pids_off = end;
         end = area_end(pids_off, n, RANK_SLOT).ok_or_else(|| invalid("overflow"))?;
 
+        let queue_stride = if p.queue_bytes == 0 {
+            0
+        } else {
+            queue::check_capacity(p.queue_bytes)?;
+            align_up(queue::region_len(p.queue_bytes), FALSE_SHARING_STRIDE)
+        };
+        let queues_off = end;
+        end = area_end(queues_off, n, queue_stride).ok_or_else(|| invalid("overflow"))?;
+        let owners_off = end;
+        end = area_end(owners_off, n, FALSE_SHARING_STRIDE).ok_or_else(|| invalid("overflow"))?;
+
         let ring_stride = align_up(ring::region_len(p.ring_bytes), FALSE_SHARING_STRIDE);
         let rings_off = end;
         end = area_end(rings_off, pairs, ring_stride).ok_or_else(|| invalid("overflow"))?;
@@ -111,7 +141,7 @@ impl NodeLayout {
             align_up(pipeline::region_len(p.pipe_slots, p.pipe_chunk)?, PAGE)
         };
         let pipes_off = end;
-        end = area_end(pipes_off, pairs, pipe_stride).ok_or_else(|| invalid("overflow"))?;
+        end = area_end(pipes_off, n, pipe_stride).ok_or_else(|| invalid("overflow"))?;
 
         let claims_off = end;
         end = area_end(
@@ -134,6 +164,9 @@ impl NodeLayout {
             params: p,
             doorbells_off,
             pids_off,
+            queues_off,
+            queue_stride,
+            owners_off,
             rings_off,
             ring_stride,
             pipes_off,
@@ -155,9 +188,14 @@ impl NodeLayout {
         self.params.local_size
     }
 
-    /// Data capacity of each ring.
+    /// Data capacity of each fast box.
     pub fn ring_bytes(&self) -> usize {
         self.params.ring_bytes
+    }
+
+    /// Data capacity of each receive queue (0: none).
+    pub fn queue_bytes(&self) -> usize {
+        self.params.queue_bytes
     }
 
     /// Size the segment must have.
@@ -183,7 +221,22 @@ impl NodeLayout {
         self.pids_off + rank * RANK_SLOT
     }
 
-    /// Offset of the ring carrying records from local rank `from` to `to`;
+    /// Offset of local rank `rank`'s receive queue, or `None` if the layout
+    /// has none; its region is [`queue::region_len`]`(self.queue_bytes())`
+    /// long.
+    pub fn queue_offset(&self, rank: usize) -> Option<usize> {
+        self.check_rank(rank);
+        (self.params.queue_bytes > 0).then(|| self.queues_off + rank * self.queue_stride)
+    }
+
+    /// Offset of local rank `rank`'s pipe-owner line (128 bytes): which
+    /// receiver its pipe streams to now.
+    pub fn pipe_owner_offset(&self, rank: usize) -> usize {
+        self.check_rank(rank);
+        self.owners_off + rank * FALSE_SHARING_STRIDE
+    }
+
+    /// Offset of the fast box carrying records from local rank `from` to `to`;
     /// its region is [`ring::region_len`]`(self.ring_bytes())` long.
     ///
     /// # Panics
@@ -192,14 +245,14 @@ impl NodeLayout {
         self.rings_off + self.pair_index(from, to) * self.ring_stride
     }
 
-    /// Offset of the pipe area from `from` to `to`, or `None` if the layout
-    /// has no pipes.
+    /// Offset of local rank `from`'s outgoing pipe area, or `None` if the
+    /// layout has no pipes.
     ///
     /// # Panics
-    /// If `from == to` or either is not a local rank.
-    pub fn pipe_offset(&self, from: usize, to: usize) -> Option<usize> {
-        let idx = self.pair_index(from, to);
-        (self.params.pipe_slots > 0).then(|| self.pipes_off + idx * self.pipe_stride)
+    /// If `from` is not a local rank.
+    pub fn pipe_offset(&self, from: usize) -> Option<usize> {
+        self.check_rank(from);
+        (self.params.pipe_slots > 0).then(|| self.pipes_off + from * self.pipe_stride)
     }
 
     /// Offset of claim slot `slot` (< [`crate::rndv::CLAIM_SLOTS`]) of the
@@ -230,6 +283,17 @@ impl NodeLayout {
         from * (self.params.local_size - 1) + to - usize::from(to > from)
     }
 
+    /// Fails unless `rank` is a local rank.
+    pub(crate) fn check_rank_pub(&self, rank: usize) -> Result<()> {
+        if rank >= self.params.local_size {
+            return Err(ShmError::Invalid(format!(
+                "local rank {rank} out of range (local_size {})",
+                self.params.local_size
+            )));
+        }
+        Ok(())
+    }
+
     fn check_rank(&self, rank: usize) {
         assert!(
             rank < self.params.local_size,
@@ -258,6 +322,7 @@ mod tests {
         let l = NodeLayout::from_params(LayoutParams {
             local_size: 5,
             ring_bytes: 4096,
+            queue_bytes: 8192,
             pipe_slots: 2,
             pipe_chunk: 8192,
             extra_bytes: 100,
@@ -268,13 +333,20 @@ mod tests {
             assert_eq!(l.doorbell_offset(r) % FALSE_SHARING_STRIDE, 0);
             regions.push((l.doorbell_offset(r), std::mem::size_of::<Doorbell>()));
             regions.push((l.pid_offset(r), RANK_SLOT));
+            let qo = l.queue_offset(r).unwrap();
+            assert_eq!(qo % FALSE_SHARING_STRIDE, 0);
+            regions.push((qo, queue::region_len(8192)));
+            regions.push((l.pipe_owner_offset(r), FALSE_SHARING_STRIDE));
+            let po = l.pipe_offset(r).unwrap();
+            assert_eq!(po % PAGE, 0);
+            regions.push((po, pipeline::region_len(2, 8192).unwrap()));
             for t in (0..5).filter(|&t| t != r) {
                 let ro = l.ring_offset(r, t);
                 assert_eq!(ro % FALSE_SHARING_STRIDE, 0);
                 regions.push((ro, ring::region_len(4096)));
-                let po = l.pipe_offset(r, t).unwrap();
-                assert_eq!(po % PAGE, 0);
-                regions.push((po, pipeline::region_len(2, 8192).unwrap()));
+                for c in 0..crate::rndv::CLAIM_SLOTS {
+                    regions.push((l.claim_offset(r, t, c), 128));
+                }
             }
         }
         assert_eq!(l.extra_offset() % PAGE, 0);
@@ -295,8 +367,31 @@ mod tests {
         assert_eq!(l.extra_len(), 0);
         assert!(l.total_len() >= PAGE);
         let l = NodeLayout::new(2, DEFAULT_RING_BYTES, 0).unwrap();
-        assert_eq!(l.pipe_offset(0, 1), None);
+        assert_eq!(l.pipe_offset(0), None);
+        assert_eq!(l.queue_offset(1), None);
         assert_ne!(l.ring_offset(0, 1), l.ring_offset(1, 0));
+    }
+
+    #[test]
+    fn grows_linearly_with_the_defaults() {
+        // Targets of the 64-192 ranks-per-node work: at most 8 MiB of
+        // segment per local rank with the default sizes.
+        for n in [2usize, 8, 64, 128, 192, 256] {
+            let l = NodeLayout::from_params(LayoutParams {
+                local_size: n,
+                ring_bytes: DEFAULT_RING_BYTES,
+                queue_bytes: DEFAULT_QUEUE_BYTES,
+                pipe_slots: 4,
+                pipe_chunk: 64 * 1024,
+                extra_bytes: crate::SlotArea::bytes_needed(n, 64 * 1024),
+            })
+            .unwrap();
+            assert!(
+                l.total_len() <= n * (8 << 20),
+                "{n} ranks: {}",
+                l.total_len()
+            );
+        }
     }
 
     #[test]

@@ -2,10 +2,11 @@
 //!
 //! The ranks of one job that share a node talk through one shared segment in
 //! `/dev/shm` ([`segment`], [`node`]), laid out by [`layout`]: a header, one
-//! single-producer/single-consumer record ring per ordered pair of local ranks
+//! multi-producer receive queue per local rank ([`queue`]), a small
+//! single-producer/single-consumer fast box per ordered pair of local ranks
 //! ([`ring`]), one futex doorbell per rank for blocking waits ([`doorbell`]),
 //! one pid slot per rank (and, for ranks that also block in `poll(2)`, a wake-up
-//! FIFO: [`wake`]), optional pipelined-copy areas ([`pipeline`]) and a
+//! FIFO: [`wake`]), optional pipelined-copy areas, one per sending rank ([`pipeline`]) and a
 //! free `extra` area, which fast paths use as publication slots ([`slots`]). Large messages move with one
 //! copy through `process_vm_readv`/`process_vm_writev` ([`cma`]) when the
 //! kernel permits it, and through the pipeline areas otherwise.
@@ -23,6 +24,7 @@ pub mod header;
 pub mod layout;
 pub mod node;
 pub mod pipeline;
+pub mod queue;
 pub mod ring;
 pub mod rndv;
 pub mod segment;
@@ -37,6 +39,7 @@ pub use header::SegmentHeader;
 pub use layout::{LayoutParams, NodeLayout, CACHE_LINE, PAGE};
 pub use node::NodeSegment;
 pub use pipeline::{PipeReceiver, PipeSender};
+pub use queue::{QueueConsumer, QueueProducer, QueueRecord};
 pub use ring::{RecordRef, RingConsumer, RingProducer};
 pub use rndv::{ClaimSlot, CLAIM_SLOTS};
 pub use segment::{cleanup_job, segment_name, Segment, SHM_DIR};

@@ -8,13 +8,14 @@
 //!
 //! [`unlink`]: NodeSegment::unlink
 
-use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 use crate::doorbell::Doorbell;
 use crate::error::{Result, ShmError};
 use crate::header::SegmentHeader;
 use crate::layout::NodeLayout;
 use crate::pipeline::{PipeReceiver, PipeSender};
+use crate::queue::{QueueConsumer, QueueProducer};
 use crate::ring::{RingConsumer, RingProducer};
 use crate::rndv::ClaimSlot;
 use crate::segment::Segment;
@@ -67,6 +68,31 @@ impl NodeSegment {
     /// True once every local rank has mapped the segment.
     pub fn all_attached(&self) -> bool {
         self.header().attached() as usize >= self.layout.local_size()
+    }
+
+    /// Bytes of the segment resident in memory now (on this node, touched
+    /// by any rank: tmpfs pages are shared), by `mincore(2)`.
+    pub fn resident_bytes(&self) -> Result<usize> {
+        let len = self.seg.len();
+        let pages = len.div_ceil(crate::layout::PAGE);
+        let mut v = vec![0u8; pages];
+        // SAFETY: the mapping starts page aligned and is `len` bytes long;
+        // `v` has one byte per page, as mincore writes.
+        let rc = unsafe {
+            libc::mincore(
+                self.seg.as_ptr() as *mut libc::c_void,
+                len,
+                v.as_mut_ptr() as *mut libc::c_uchar,
+            )
+        };
+        if rc != 0 {
+            return Err(ShmError::Segment {
+                name: self.seg.name().to_string(),
+                op: "mincore",
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        Ok(v.iter().filter(|&&b| b & 1 != 0).count() * crate::layout::PAGE)
     }
 
     /// Removes the segment's file; the mappings stay valid.
@@ -151,25 +177,72 @@ impl NodeSegment {
         unsafe { RingConsumer::new(base, self.layout.ring_bytes()) }
     }
 
-    /// Sending end of the pipe `from -> to`; fails if the layout has none.
+    /// Producer `from`'s handle on local rank `to`'s receive queue; fails
+    /// if the layout has no queues.
+    ///
+    /// # Safety
+    /// Called only by rank `from` (its id in the records), and the handle
+    /// is dropped before `self`.
+    pub unsafe fn queue_producer(&self, from: usize, to: usize) -> Result<QueueProducer> {
+        self.layout.check_rank_pub(from)?;
+        let base = self.queue(to)?;
+        // SAFETY: the region lies inside the mapping and is a queue of this
+        // capacity from creation on; lifetime is the caller's.
+        unsafe { QueueProducer::new(base, self.layout.queue_bytes(), from) }
+    }
+
+    /// Local rank `to`'s consumer handle on its receive queue; fails if the
+    /// layout has no queues.
+    ///
+    /// # Safety
+    /// Called only by rank `to`, with at most one live consumer, and the
+    /// handle is dropped before `self`.
+    pub unsafe fn queue_consumer(&self, to: usize) -> Result<QueueConsumer> {
+        let base = self.queue(to)?;
+        // SAFETY: as in `queue_producer`.
+        unsafe { QueueConsumer::new(base, self.layout.queue_bytes()) }
+    }
+
+    fn queue(&self, rank: usize) -> Result<*mut u8> {
+        let off = self.layout.queue_offset(rank).ok_or_else(|| {
+            ShmError::Invalid(format!(
+                "segment {} has no receive queues (queue_bytes = 0)",
+                self.seg.name()
+            ))
+        })?;
+        Ok(self.ptr(off))
+    }
+
+    /// Local rank `from`'s pipe-owner word: which receiver its pipe
+    /// streams to now (its encoding is the engine's).
+    pub fn pipe_owner(&self, from: usize) -> &AtomicU64 {
+        // SAFETY: the first word of a 128-byte aligned line inside the
+        // mapping, zeroed at creation, only accessed atomically, living as
+        // long as `self`.
+        unsafe { &*(self.ptr(self.layout.pipe_owner_offset(from)) as *const AtomicU64) }
+    }
+
+    /// Sending end of local rank `from`'s pipe; fails if the layout has
+    /// none.
     ///
     /// # Safety
     /// Called only by rank `from`, with at most one live sender per pipe,
     /// and the handle is dropped before `self`.
-    pub unsafe fn pipe_sender(&self, from: usize, to: usize) -> Result<PipeSender> {
-        let (base, slots, chunk) = self.pipe(from, to)?;
+    pub unsafe fn pipe_sender(&self, from: usize) -> Result<PipeSender> {
+        let (base, slots, chunk) = self.pipe(from)?;
         // SAFETY: the region lies inside the mapping, page aligned, zeroed
         // at creation; uniqueness and lifetime are the caller's.
         unsafe { PipeSender::new(base, slots, chunk) }
     }
 
-    /// Receiving end of the pipe `from -> to`; fails if the layout has none.
+    /// A receiving end of local rank `from`'s pipe; fails if the layout has
+    /// none.
     ///
     /// # Safety
-    /// Called only by rank `to`, with at most one live receiver per pipe,
-    /// and the handle is dropped before `self`.
-    pub unsafe fn pipe_receiver(&self, from: usize, to: usize) -> Result<PipeReceiver> {
-        let (base, slots, chunk) = self.pipe(from, to)?;
+    /// Every rank may hold one, but only the one the sender names in its
+    /// pipe-owner word may read, and the handle is dropped before `self`.
+    pub unsafe fn pipe_receiver(&self, from: usize) -> Result<PipeReceiver> {
+        let (base, slots, chunk) = self.pipe(from)?;
         // SAFETY: as in `pipe_sender`.
         unsafe { PipeReceiver::new(base, slots, chunk) }
     }
@@ -189,8 +262,8 @@ impl NodeSegment {
         self.ptr(self.layout.extra_offset())
     }
 
-    fn pipe(&self, from: usize, to: usize) -> Result<(*mut u8, usize, usize)> {
-        let off = self.layout.pipe_offset(from, to).ok_or_else(|| {
+    fn pipe(&self, from: usize) -> Result<(*mut u8, usize, usize)> {
+        let off = self.layout.pipe_offset(from).ok_or_else(|| {
             ShmError::Invalid(format!(
                 "segment {} has no pipe areas (pipe_slots = 0)",
                 self.seg.name()

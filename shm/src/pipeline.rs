@@ -5,7 +5,8 @@
 //!
 //! # Region
 //! ```text
-//! +0           slot s's flag at s * 128: 0 = empty, else FULL | length
+//! +0           slot s's flag at s * 128: 0 = empty, else
+//!              FULL | receiver tag << 32 | length
 //! +data_off    slot s's bytes at data_off + s * chunk   (data_off page aligned)
 //! ```
 //! A flag owns its 128 bytes, so the two sides' flag writes do not share
@@ -115,6 +116,14 @@ impl PipeSender {
     /// Copies a prefix of `src` into free slots and returns its length (0
     /// when every slot is still full). Call again with the rest.
     pub fn try_send(&mut self, src: &[u8]) -> usize {
+        self.try_send_tagged(src, 0)
+    }
+
+    /// [`try_send`](Self::try_send) with every slot marked for the
+    /// receiver `tag` (below 2^31): a pipe that serves several receivers
+    /// in turn, each reading only its own slots.
+    pub fn try_send_tagged(&mut self, src: &[u8], tag: u32) -> usize {
+        debug_assert!(u64::from(tag) < 1 << 31);
         let mut sent = 0;
         while sent < src.len() {
             let flag = self.raw.flag(self.next);
@@ -128,7 +137,7 @@ impl PipeSender {
             unsafe {
                 ptr::copy_nonoverlapping(src.as_ptr().add(sent), self.raw.data(self.next), n)
             };
-            flag.store(FULL | n as u64, Ordering::Release);
+            flag.store(FULL | u64::from(tag) << 32 | n as u64, Ordering::Release);
             sent += n;
             self.next = (self.next + 1) % self.raw.slots;
         }
@@ -143,6 +152,20 @@ impl PipeSender {
     /// True when the receiver has drained everything sent so far.
     pub fn is_drained(&self) -> bool {
         (0..self.raw.slots).all(|s| self.raw.flag(s).load(Ordering::Acquire) == 0)
+    }
+
+    /// The slot the next byte goes to (a new receiver starts reading
+    /// there).
+    pub fn position(&self) -> usize {
+        self.next
+    }
+
+    /// Empties every slot: only once the receiver that was reading is gone
+    /// (nobody else reads them), so the pipe can serve another.
+    pub fn reset(&mut self) {
+        for s in 0..self.raw.slots {
+            self.raw.flag(s).store(0, Ordering::Release);
+        }
     }
 }
 
@@ -173,6 +196,14 @@ impl PipeReceiver {
         })
     }
 
+    /// Starts reading at slot `slot` (mod the slot count): where the
+    /// sender's stream to this receiver begins, when the pipe served
+    /// another receiver before.
+    pub fn restart_at(&mut self, slot: usize) {
+        self.next = slot % self.raw.slots;
+        self.off = 0;
+    }
+
     /// True if at least one byte can be received now.
     pub fn is_ready(&self) -> bool {
         self.raw.flag(self.next).load(Ordering::Acquire) != 0
@@ -181,14 +212,20 @@ impl PipeReceiver {
     /// Fills a prefix of `dst` from full slots and returns its length (0 if
     /// none is full). Slots are released as soon as they are drained.
     pub fn try_recv(&mut self, dst: &mut [u8]) -> usize {
+        self.try_recv_tagged(dst, 0)
+    }
+
+    /// [`try_recv`](Self::try_recv) of the slots marked `tag` only: a slot
+    /// marked for another receiver reads as empty.
+    pub fn try_recv_tagged(&mut self, dst: &mut [u8], tag: u32) -> usize {
         let mut got = 0;
         while got < dst.len() {
             let flag = self.raw.flag(self.next);
             let f = flag.load(Ordering::Acquire);
-            if f == 0 {
+            if f == 0 || (f & !FULL) >> 32 != u64::from(tag) {
                 break;
             }
-            let len = (f & !FULL) as usize;
+            let len = (f & 0xffff_ffff) as usize;
             let n = (len - self.off).min(dst.len() - got);
             // SAFETY: the full flag, acquired, publishes `len` bytes that the
             // sender will not touch until we store 0; off + n <= len.

@@ -109,7 +109,7 @@ fn rings_and_doorbells_through_a_node_segment() {
     assert!(!a.doorbell(1).ring());
     // SAFETY: the layout has no pipes, so this fails before touching memory.
     assert!(matches!(
-        unsafe { a.pipe_sender(0, 1) },
+        unsafe { a.pipe_sender(0) },
         Err(ShmError::Invalid(_))
     ));
 }

@@ -31,6 +31,7 @@ fn pipe_layout() -> NodeLayout {
     NodeLayout::from_params(LayoutParams {
         local_size: 2,
         ring_bytes: RING_BYTES,
+        queue_bytes: 0,
         pipe_slots: 4,
         pipe_chunk: 16 * 1024,
         extra_bytes: 4096,
@@ -266,7 +267,7 @@ fn child_pipe(name: &str) {
     node.publish_pid(1);
     // SAFETY: rank 1 holds the only receiver of pipe 0->1, dropped before
     // `node`.
-    let mut rx = unsafe { node.pipe_receiver(0, 1).unwrap() };
+    let mut rx = unsafe { node.pipe_receiver(0).unwrap() };
     let mut buf = vec![0u8; PIPE_MSG];
     let mut got = 0;
     let mut waiter = Waiter::new(policy());
@@ -293,7 +294,7 @@ fn pipelined_copy_between_processes() {
     let mut child = ChildGuard::spawn("pipe", &name);
     // SAFETY: rank 0 holds the only sender of pipe 0->1, dropped before
     // `node`.
-    let mut tx = unsafe { node.pipe_sender(0, 1).unwrap() };
+    let mut tx = unsafe { node.pipe_sender(0).unwrap() };
     let src: Vec<u8> = (0..PIPE_MSG).map(|j| common::pattern(3, j)).collect();
     let mut sent = 0;
     let mut waiter = Waiter::new(policy());

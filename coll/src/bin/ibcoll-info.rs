@@ -11,15 +11,74 @@ environment, and lists every variable with its default and current value.
 options:
   -h, --help     this text
   -V, --version  print the version
+  --ppn N        the shared-memory segment a node of N ranks gets with this
+                 configuration: its size, the formula and what each part is
 ";
 
+/// `--ppn N`: the segment size, its formula and its parts.
+fn segment(ppn: &str) {
+    let n: usize = match ppn.parse() {
+        Ok(n) if n >= 1 => n,
+        _ => {
+            eprintln!("ibcoll-info: --ppn wants a number of ranks >= 1, not {ppn:?}");
+            std::process::exit(2);
+        }
+    };
+    let l = match ibcoll::shm_layout(n) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("ibcoll-info: {e}");
+            std::process::exit(2);
+        }
+    };
+    let p = *l.params();
+    let mib = |b: usize| b as f64 / (1 << 20) as f64;
+    let align = |x: usize, a: usize| x.div_ceil(a) * a;
+    let boxb = align(ibcoll_shm::ring::region_len(p.ring_bytes), 128);
+    let claims = ibcoll_shm::CLAIM_SLOTS * 128;
+    let queue = if p.queue_bytes > 0 {
+        align(ibcoll_shm::queue::region_len(p.queue_bytes), 128)
+    } else {
+        0
+    };
+    let pipe = if p.pipe_slots > 0 {
+        align(
+            ibcoll_shm::pipeline::region_len(p.pipe_slots, p.pipe_chunk).unwrap_or(0),
+            4096,
+        )
+    } else {
+        0
+    };
+    let slots = p.extra_bytes / n;
+    let small = 128 + ibcoll_shm::layout::RANK_SLOT + 128;
+    let per_rank = queue + pipe + slots + small;
+    let per_pair = boxb + claims;
+    let total = l.total_len();
+    println!(
+        "shm segment for {n} ranks per node: {total} B ({:.1} MiB, {:.2} MiB per rank)",
+        mib(total),
+        mib(total) / n as f64
+    );
+    println!("  formula: 4096 + n * {per_rank} + n * (n - 1) * {per_pair} B (each area rounded up to a page)");
+    println!("  per rank: receive queue {queue} B, pipe {pipe} B, collective slots {slots} B, doorbell + rank slot + pipe owner {small} B");
+    println!("  per ordered pair: fast box {boxb} B, claim slots {claims} B");
+    println!("  (IBCOLL_SHM_QUEUE_BYTES, IBCOLL_SHM_PIPE_SLOTS x IBCOLL_SHM_PIPE_CHUNK, IBCOLL_SHM_COLL_BYTES, IBCOLL_SHM_BOX_BYTES; no pipe with IBCOLL_CMA=on)");
+}
+
 fn main() {
-    // Three flags do not need an argument parser; anything else is an
+    // Four flags do not need an argument parser; anything else is an
     // error, so a mistyped flag is not silently ignored.
     if let Some(a) = std::env::args().nth(1) {
         match a.as_str() {
             "-h" | "--help" => print!("{USAGE}"),
             "-V" | "--version" => println!("ibcoll-info (ibcoll) {}", ibcoll::VERSION),
+            "--ppn" => match std::env::args().nth(2) {
+                Some(n) => segment(&n),
+                None => {
+                    eprintln!("ibcoll-info: --ppn needs a number of ranks");
+                    std::process::exit(2);
+                }
+            },
             _ => {
                 eprintln!("ibcoll-info: unknown option {a:?} (see ibcoll-info --help)");
                 std::process::exit(2);

@@ -14,6 +14,7 @@
 //! peer: a tcp peer's card is fetched, and the connection made, when the
 //! pair first talks (`connect.rs`).
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -30,7 +31,7 @@ use crate::config::{CmaMode, Config, TransportMode};
 use crate::error::{Error, Op, Result};
 use crate::transport::local::LocalChannel;
 use crate::transport::rdma::RdmaSetup;
-use crate::transport::shm::ShmChannel;
+use crate::transport::shm::{PipeOut, ShmChannel, ShmInbox};
 use crate::transport::tcp_connect::job_key;
 use crate::transport::{netif, Channel};
 
@@ -164,9 +165,12 @@ impl Engine {
             true,
         );
         let mut shm_peers = Vec::new();
+        let mut shm_inbox = None;
         let node = if use_shm {
             let n = attach_segment(&cfg, &pl, &seg_name, layout, created, cma, membarrier)?;
-            shm_peers = shm_channels(&cfg, &pl, &n, cma, &mut peers)?;
+            let (sp, inbox) = shm_channels(&cfg, &pl, &n, cma, &mut peers)?;
+            shm_peers = sp;
+            shm_inbox = inbox;
             Some(n)
         } else {
             None
@@ -217,6 +221,7 @@ impl Engine {
             queued: 0,
             ctl_retry: VecDeque::new(),
             shm_peers,
+            shm_inbox,
             tcp_peers: Vec::new(),
             rdma_peers,
             net,
@@ -249,6 +254,26 @@ impl Engine {
     }
 }
 
+/// The parameters of the node segment for `local_size` ranks.
+pub(crate) fn layout_params(cfg: &Config, local_size: usize) -> LayoutParams {
+    LayoutParams {
+        local_size,
+        ring_bytes: cfg.ring_bytes,
+        queue_bytes: cfg.queue_bytes,
+        pipe_slots: if cfg.cma == CmaMode::On {
+            0
+        } else {
+            cfg.pipe_slots
+        },
+        pipe_chunk: cfg.pipe_chunk,
+        extra_bytes: if cfg.shm_coll_bytes > 0 {
+            ibcoll_shm::SlotArea::bytes_needed(local_size, cfg.shm_coll_bytes)
+        } else {
+            0
+        },
+    }
+}
+
 /// The node's segment layout and name; local rank 0 creates it before the
 /// fence (the others open it after).
 fn create_segment(
@@ -258,22 +283,8 @@ fn create_segment(
     use_shm: bool,
 ) -> Result<(NodeLayout, String, Option<NodeSegment>)> {
     let rank = pl.rank;
-    let layout = NodeLayout::from_params(LayoutParams {
-        local_size: pl.local_size,
-        ring_bytes: cfg.ring_bytes,
-        pipe_slots: if cfg.cma == CmaMode::On {
-            0
-        } else {
-            cfg.pipe_slots
-        },
-        pipe_chunk: cfg.pipe_chunk,
-        extra_bytes: if cfg.shm_coll_bytes > 0 {
-            ibcoll_shm::SlotArea::bytes_needed(pl.local_size, cfg.shm_coll_bytes)
-        } else {
-            0
-        },
-    })
-    .map_err(|e| shm_err(rank, e))?;
+    let layout =
+        NodeLayout::from_params(layout_params(cfg, pl.local_size)).map_err(|e| shm_err(rank, e))?;
     let seg_name = ibcoll_shm::segment_name(pmi.job_id(), pl.node_id);
     let mut created = None;
     if use_shm && pl.local_rank == 0 {
@@ -510,16 +521,32 @@ fn attach_segment(
 }
 
 /// One shm channel to every other rank of the node (from their slots in
-/// the segment); returns their world ranks.
+/// the segment), and this rank's receive queue; returns their world ranks.
 fn shm_channels(
     cfg: &Config,
     pl: &Placement,
     node: &Rc<NodeSegment>,
     cma: bool,
     peers: &mut Peers,
-) -> Result<Vec<usize>> {
+) -> Result<(Vec<usize>, Option<ShmInbox>)> {
     let rank = pl.rank;
     let mut out = Vec::with_capacity(pl.local_size.saturating_sub(1));
+    let mut inbox = match node.layout().queue_offset(pl.local_rank) {
+        // SAFETY: `local_rank` is ours in this segment, and this is the
+        // only inbox this process makes.
+        Some(_) => Some(unsafe { ShmInbox::new(node.clone(), pl.local_rank) })
+            .transpose()
+            .map_err(|e| shm_err(rank, e))?,
+        None => None,
+    };
+    let pipe = match node.layout().pipe_offset(pl.local_rank) {
+        // SAFETY: as above, the only pipe sender this process makes.
+        Some(_) => Some(unsafe { PipeOut::new(node.clone(), pl.local_rank) })
+            .transpose()
+            .map_err(|e| shm_err(rank, e))?
+            .map(|p| Rc::new(RefCell::new(p))),
+        None => None,
+    };
     // The pipe needs both ranks running at once; CMA does not.
     let cma_min = if oversubscribed(pl.local_size) {
         0
@@ -548,17 +575,21 @@ fn shm_channels(
                 pid,
                 cma && flags & LOCAL_CMA != 0,
                 cfg.eager_limit,
+                pipe.clone(),
             )
         }
         .map_err(|e| shm_err(rank, e))?;
         ch.split_min = cfg.shm_split_min;
         ch.cma_chunk = cfg.shm_cma_chunk;
         ch.cma_min = cfg.shm_cma_min.unwrap_or(cma_min);
-        peers.add(world, Channel::Shm(ch), true);
+        let slot = peers.add(world, Channel::Shm(ch), true);
+        if let Some(ib) = inbox.as_mut() {
+            ib.route(l, slot);
+        }
         out.push(world);
     }
     out.sort_unstable();
-    Ok(out)
+    Ok((out, inbox))
 }
 
 fn shm_err(rank: usize, e: ShmError) -> Error {

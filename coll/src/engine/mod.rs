@@ -662,6 +662,8 @@ pub(crate) struct Engine {
     ctl_retry: VecDeque<Action>,
     /// World ranks with an shm / tcp / rdma channel.
     pub shm_peers: Vec<usize>,
+    /// This rank's shm receive queue (records that did not take a box).
+    pub(crate) shm_inbox: Option<crate::transport::shm::ShmInbox>,
     pub tcp_peers: Vec<usize>,
     pub rdma_peers: Vec<usize>,
     /// The network side: listener, dials, accepted sockets, epoll set

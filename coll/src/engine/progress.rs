@@ -45,6 +45,9 @@ impl Engine {
         // channel); the scan that reports changes runs only when a channel
         // is not open and unreported, or something was sent.
         let mut settled = !self.health_dirty;
+        if let Some(ib) = &mut self.shm_inbox {
+            n += ib.poll(&mut self.peers, &mut self.st);
+        }
         for k in 0..self.peers.polled.len() {
             let p = &mut self.peers.list[self.peers.polled[k] as usize];
             n += p.chan.poll(p.rank, &mut self.st);

@@ -66,12 +66,17 @@ impl Engine {
             .node
             .as_ref()
             .map_or(0, |n| n.layout().total_len() as u64);
+        let resident = self
+            .node
+            .as_ref()
+            .and_then(|n| n.resident_bytes().ok())
+            .unwrap_or(0);
         let registered = self.rdma_registered_bytes();
         format!(
             "ibcoll stats: rank {} of {} (node {}, local {} of {}): connections shm={shm} tcp={tcp} rdma={rdma} \
              (dialed {}, accepted {}, rejected {}, failed {failed}); peers known {}; \
              pmi puts={} gets={} fences={} fetched={} B (cards {}); registered={registered} B; \
-             shm segment={seg} B; peak rss={} KiB",
+             shm segment={seg} B (shm resident={resident} B); peak rss={} KiB",
             self.rank(),
             self.size(),
             self.node_id,

@@ -157,16 +157,20 @@ impl Table {
         //   root runs ahead (8 ranks 8 B 1.1-1.8 vs 0.5-1.1 us);
         // - allreduce on 2 ranks only to 4 KiB (16-64 KiB: 2.4-5.9 us vs
         //   2.8-6.8), on 8 ranks to 8 KiB (64 KiB: 308 vs 384 us).
+        // No cap on the number of ranks: the slots grow with the node
+        // (516 KiB per rank) and a call whose data does not fit falls
+        // back; 64 and 128 ranks on one node are checked by
+        // coll/tests/scale.rs (`shm_at_64_and_128_ranks`).
         let shm = |c, size, bytes| rule(c, size, ANY, bytes, SHM);
         let mut rules: Vec<Rule> = vec![
-            shm(Barrier, 64, ANY),
-            shm(Bcast, 64, 64 * k),
-            shm(Reduce, 64, 64 * k),
-            shm(Gather, 64, 64 * k),
+            shm(Barrier, ANY, ANY),
+            shm(Bcast, ANY, 64 * k),
+            shm(Reduce, ANY, 64 * k),
+            shm(Gather, ANY, 64 * k),
             shm(Scatter, 4, 64 * k),
             rule(Scatter, 15, ANY, 512, "linear"),
             rule(Scatter, ANY, ANY, 512, "binomial"),
-            shm(Scatter, 64, 64 * k),
+            shm(Scatter, ANY, 64 * k),
             // The v-forms select with 0 bytes (one rule for every size);
             // their fast paths send the blocks that do not fit the slots
             // as messages. Measured at 2, 4 and 8 ranks against the linear
@@ -174,21 +178,21 @@ impl Table {
             // 56-60 us), alltoallv at 8 B (8 ranks 7.5-9.6 vs 13-18 us)
             // and loses ~10% at 64 KiB; scatterv only on 2 ranks (more:
             // an eager root runs ahead, 4 ranks 8 B 0.9 vs 0.5 us).
-            shm(Gatherv, 64, ANY),
+            shm(Gatherv, ANY, ANY),
             shm(Scatterv, 2, ANY),
-            shm(Alltoallv, 64, ANY),
-            shm(Allreduce, 64, 4 * k),
+            shm(Alltoallv, ANY, ANY),
+            shm(Allreduce, ANY, 4 * k),
             rule(Allreduce, 2, ANY, 32 * k, "recursive_doubling"),
-            shm(Allreduce, 64, 8 * k),
+            shm(Allreduce, ANY, 8 * k),
             shm(Allreduce, 4, 64 * k),
-            shm(Allgather, 64, 64 * k),
-            shm(Allgatherv, 64, 64 * k),
+            shm(Allgather, ANY, 64 * k),
+            shm(Allgatherv, ANY, 64 * k),
             shm(Alltoall, 2, 16 * k),
-            shm(Alltoall, 64, 8 * k),
-            shm(ReduceScatter, 64, 64 * k),
-            shm(ReduceScatterBlock, 64, 64 * k),
-            shm(Scan, 64, 64 * k),
-            shm(Exscan, 64, 64 * k),
+            shm(Alltoall, ANY, 8 * k),
+            shm(ReduceScatter, ANY, 64 * k),
+            shm(ReduceScatterBlock, ANY, 64 * k),
+            shm(Scan, ANY, 64 * k),
+            shm(Exscan, ANY, 64 * k),
         ];
         rules.extend([
             // Several nodes: fan-in/out in the node around a dissemination

@@ -1,7 +1,23 @@
-//! The channel to a peer on the same node: one SPSC ring each way in the
-//! node segment, the peer's futex doorbell rung after every push (free when
-//! the peer is awake), and for rendezvous either a single copy by CMA or a
-//! pipelined copy through the pair's pipe area.
+//! The channel to a peer on the same node: records go into the pair's
+//! small fast box (an SPSC ring) when they fit and it has room, else into
+//! the peer's receive queue (MPSC, shared by every local sender), the
+//! peer's futex doorbell rung after every push (free when the peer is
+//! awake); for rendezvous either a single copy by CMA or a pipelined copy
+//! through the sender's pipe area.
+//!
+//! # Order across box and queue
+//! A sender puts a record into the box only when every record it queued
+//! to that peer has been released by the receiver (the queue's release
+//! index is past it); the receiver, before it handles a queued record,
+//! drains the sender's box. So box records are never overtaken by queued
+//! ones, nor queued ones by box records.
+//!
+//! # One pipe per sender
+//! A rank's one pipe streams to one receiver at a time. The pipe-owner
+//! word in the segment names the receiver (and where its stream starts);
+//! every slot is tagged with its receiver, so a receiver never takes
+//! another's bytes. The sender hands the pipe to another receiver only
+//! once the current stream is fully written and the pipe drained.
 //!
 //! # Rendezvous through the pipe
 //! A rendezvous message below `cma_min` bytes (16 MiB unless the node is
@@ -40,10 +56,14 @@
 //! - PUT_FAILED (a write failed): `seq` = receive token, `len` = bytes not
 //!   written, payload = their offset; the receiver reads them itself.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
 
-use ibcoll_shm::{NodeSegment, PipeReceiver, PipeSender, RingConsumer, RingProducer, WakeWriter};
+use ibcoll_shm::{
+    NodeSegment, PipeReceiver, PipeSender, QueueConsumer, QueueProducer, RingConsumer,
+    RingProducer, WakeWriter,
+};
 
 use super::header::{Header, Kind, HEADER_LEN};
 use super::{Health, PeerInfo};
@@ -148,11 +168,145 @@ struct InStream {
     got: usize,
 }
 
+/// This rank's one pipe, shared by its channels.
+pub(crate) struct PipeOut {
+    // Dropped before `node`, into which it points.
+    tx: PipeSender,
+    /// The receiver the pipe streams to now (local rank).
+    owner: Option<usize>,
+    /// A stream to `owner` is partly written.
+    busy: bool,
+    gen: u32,
+    me: usize,
+    node: Rc<NodeSegment>,
+}
+
+impl PipeOut {
+    /// # Safety
+    /// `me` is this process's local rank, and only one `PipeOut` is made
+    /// per process.
+    pub unsafe fn new(node: Rc<NodeSegment>, me: usize) -> ibcoll_shm::Result<PipeOut> {
+        // SAFETY: forwarded contract; dropped before its `node`.
+        let tx = unsafe { node.pipe_sender(me)? };
+        Ok(PipeOut {
+            tx,
+            owner: None,
+            busy: false,
+            gen: 0,
+            me,
+            node,
+        })
+    }
+
+    /// Takes the pipe for a stream to `peer`; false while it serves
+    /// another.
+    fn take(&mut self, peer: usize) -> bool {
+        if self.owner == Some(peer) {
+            return true;
+        }
+        if self.busy || !self.tx.is_drained() {
+            return false;
+        }
+        self.gen = self.gen.wrapping_add(1).max(1);
+        self.owner = Some(peer);
+        let w = owner_word(self.gen, self.tx.position(), peer);
+        self.node
+            .pipe_owner(self.me)
+            .store(w, std::sync::atomic::Ordering::Release);
+        true
+    }
+
+    /// The stream's receiver is gone: nobody will drain what it holds.
+    fn abandon(&mut self, peer: usize) {
+        if self.owner == Some(peer) {
+            self.tx.reset();
+            self.owner = None;
+            self.busy = false;
+        }
+    }
+}
+
+/// Generation (32 bits), start slot (10 bits), receiver + 1 (22 bits).
+fn owner_word(gen: u32, start: usize, peer: usize) -> u64 {
+    u64::from(gen) << 32 | (start as u64 & 0x3ff) << 22 | (peer as u64 + 1) & 0x3f_ffff
+}
+
+/// The receiving end of a peer's pipe.
+struct PipeIn {
+    rx: PipeReceiver,
+    seen_gen: u32,
+}
+
+/// This rank's receive queue: records of every local sender whose box was
+/// full or too small, handed to the sender's channel.
+pub(crate) struct ShmInbox {
+    // Dropped before `_node`, into which it points.
+    q: QueueConsumer,
+    /// Peer-table entry of each local rank (u32::MAX: none).
+    slots: Vec<u32>,
+    _node: Rc<NodeSegment>,
+}
+
+impl ShmInbox {
+    /// # Safety
+    /// `me` is this process's local rank, and only one inbox is made per
+    /// process.
+    pub unsafe fn new(node: Rc<NodeSegment>, me: usize) -> ibcoll_shm::Result<ShmInbox> {
+        // SAFETY: forwarded contract; dropped before its `node`.
+        let q = unsafe { node.queue_consumer(me)? };
+        Ok(ShmInbox {
+            q,
+            slots: vec![u32::MAX; node.layout().local_size()],
+            _node: node,
+        })
+    }
+
+    /// Records from local rank `local` go to peer-table entry `slot`.
+    pub fn route(&mut self, local: usize, slot: usize) {
+        self.slots[local] = slot as u32;
+    }
+
+    /// Handles up to a batch of queued records; one load when idle.
+    #[inline]
+    pub fn poll(&mut self, peers: &mut crate::engine::peers::Peers, st: &mut State) -> usize {
+        if !self.q.maybe_ready() {
+            return 0;
+        }
+        self.poll_slow(peers, st)
+    }
+
+    #[inline(never)]
+    fn poll_slow(&mut self, peers: &mut crate::engine::peers::Peers, st: &mut State) -> usize {
+        let mut n = 0;
+        while n < POLL_BATCH {
+            let Some(rec) = self.q.peek() else { break };
+            let slot = self.slots.get(rec.src()).copied().unwrap_or(u32::MAX);
+            if let Some(p) = peers.list.get_mut(slot as usize) {
+                let peer = p.rank;
+                if let super::Channel::Shm(c) = &mut p.chan {
+                    c.on_queued(peer, st, rec.bytes());
+                }
+            }
+            rec.consume();
+            n += 1;
+        }
+        n
+    }
+}
+
 pub(crate) struct ShmChannel {
     // Field order matters: the ring and pipe handles point into the
     // segment, so they are dropped before `node`.
     tx: RingProducer,
     rx: RingConsumer,
+    /// The peer's receive queue (None in a layout without queues).
+    q: Option<QueueProducer>,
+    /// Queue position past our last queued record, while the peer has not
+    /// released it (then records must not take the box).
+    q_end: u64,
+    q_pending: bool,
+    q_looks: u32,
+    box_max: usize,
     /// Everything an eager message does not touch, out of line.
     slow: Box<Slow>,
     node: Rc<NodeSegment>,
@@ -176,8 +330,8 @@ pub(crate) struct ShmChannel {
 
 /// The rendezvous and wake-up state of a [`ShmChannel`].
 struct Slow {
-    pipe_tx: Option<PipeSender>,
-    pipe_rx: Option<PipeReceiver>,
+    pipe_tx: Option<Rc<RefCell<PipeOut>>>,
+    pipe_rx: Option<PipeIn>,
     out_streams: VecDeque<OutStream>,
     in_streams: VecDeque<InStream>,
     /// The peer said goodbye while streams from it were still in the pipe
@@ -209,25 +363,35 @@ impl ShmChannel {
         peer_pid: i32,
         cma: bool,
         eager_limit: usize,
+        pipe_tx: Option<Rc<RefCell<PipeOut>>>,
     ) -> ibcoll_shm::Result<ShmChannel> {
         // SAFETY: forwarded contract; the handles live in this struct, which
         // drops them before its `node` reference.
-        let (tx, rx, pipe_tx, pipe_rx) = unsafe {
+        let (tx, rx, q, pipe_rx) = unsafe {
             let tx = node.ring_producer(me, peer_local)?;
             let rx = node.ring_consumer(peer_local, me)?;
-            let (ptx, prx) = if node.layout().pipe_offset(me, peer_local).is_some() {
-                (
-                    Some(node.pipe_sender(me, peer_local)?),
-                    Some(node.pipe_receiver(peer_local, me)?),
-                )
-            } else {
-                (None, None)
+            let q = match node.layout().queue_offset(peer_local) {
+                Some(_) => Some(node.queue_producer(me, peer_local)?),
+                None => None,
             };
-            (tx, rx, ptx, prx)
+            let prx = match (&pipe_tx, node.layout().pipe_offset(peer_local)) {
+                (Some(_), Some(_)) => Some(PipeIn {
+                    rx: node.pipe_receiver(peer_local)?,
+                    seen_gen: 0,
+                }),
+                _ => None,
+            };
+            (tx, rx, q, prx)
         };
+        let box_max = tx.max_record();
         Ok(ShmChannel {
             tx,
             rx,
+            q,
+            q_end: 0,
+            q_pending: false,
+            q_looks: 0,
+            box_max,
             slow: Box::new(Slow {
                 pipe_tx,
                 pipe_rx,
@@ -282,11 +446,82 @@ impl ShmChannel {
     #[inline]
     pub fn try_send(&mut self, hdr: &Header, payload: &[u8]) -> bool {
         let h = hdr.encode();
-        if !self.tx.try_push(&[&h, payload]) {
+        if h.len() + payload.len() <= self.box_max
+            && (!self.q_pending || self.queue_caught_up())
+            && self.tx.try_push(&[&h, payload])
+        {
+            self.ring_peer();
+            return true;
+        }
+        self.try_queue(&h, payload)
+    }
+
+    /// Whether the peer has released everything we queued to it (then the
+    /// box may carry records again).
+    #[inline(never)]
+    fn queue_caught_up(&mut self) -> bool {
+        // The release index is a line the receiver writes per record:
+        // looked at every 16th record only, so a stream of records does
+        // not pull it over on each.
+        self.q_looks = self.q_looks.wrapping_add(1);
+        if self.q_looks % 16 != 0 {
             return false;
         }
-        self.ring_peer();
+        let released = self.q.as_mut().map_or(u64::MAX, |q| q.released());
+        if released < self.q_end {
+            return false;
+        }
+        self.q_pending = false;
         true
+    }
+
+    #[inline(never)]
+    fn try_queue(&mut self, h: &[u8], payload: &[u8]) -> bool {
+        let Some(q) = self.q.as_mut() else {
+            return false;
+        };
+        match q.try_push(&[h, payload]) {
+            Some(end) => {
+                self.q_end = end;
+                self.q_pending = true;
+                self.ring_peer();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A record of this peer from our receive queue: the box holds the
+    /// ones it sent before it, so they go first.
+    pub fn on_queued(&mut self, peer: usize, st: &mut State, bytes: &[u8]) {
+        if self.health != Health::Open {
+            return;
+        }
+        while self.health == Health::Open && self.poll_box(peer, st, usize::MAX) > 0 {}
+        if self.health != Health::Open {
+            return;
+        }
+        let info = self.info();
+        let res = match Header::decode(bytes) {
+            Ok(h) if h.kind == Kind::Bye => {
+                self.slow.bye = true;
+                self.busy = true;
+                Ok(())
+            }
+            Ok(h) if h.kind == Kind::Data => self.on_data(peer, st, &h, &bytes[HEADER_LEN..]),
+            Ok(h) => st.on_record(peer, info, &h, &bytes[HEADER_LEN..]),
+            Err(e) => Err(format!("bad header on the shm queue: {e}")),
+        };
+        if let Err(e) = res {
+            self.health = Health::Failed(e);
+        }
+    }
+
+    fn info(&self) -> PeerInfo {
+        PeerInfo {
+            cma_pid: self.cma.then_some(self.peer_pid),
+            local: false,
+        }
     }
 
     /// Work is queued besides the ring (CMA copies, streams, control
@@ -707,16 +942,13 @@ impl ShmChannel {
         self.poll_slow(peer, st)
     }
 
-    #[inline(never)]
-    fn poll_slow(&mut self, peer: usize, st: &mut State) -> usize {
+    /// Handles up to `batch` records of the box.
+    fn poll_box(&mut self, peer: usize, st: &mut State, batch: usize) -> usize {
         let mut n = 0;
         if self.health == Health::Open || !self.rx.is_empty() {
-            let info = PeerInfo {
-                cma_pid: self.cma.then_some(self.peer_pid),
-                local: false,
-            };
+            let info = self.info();
             let mut data = None;
-            while n < POLL_BATCH {
+            while n < batch {
                 let Some(rec) = self.rx.peek() else { break };
                 let bytes = rec.bytes();
                 let res = match Header::decode(bytes) {
@@ -752,6 +984,20 @@ impl ShmChannel {
             // cost a fence per receive; such a producer sleeps briefly and
             // re-checks instead (`SPACE_WAIT` in engine/progress.rs).
         }
+        n
+    }
+
+    #[inline(never)]
+    fn poll_slow(&mut self, peer: usize, st: &mut State) -> usize {
+        let mut n = self.poll_box(peer, st, POLL_BATCH);
+        if matches!(self.health, Health::Failed(_)) && !self.slow.out_streams.is_empty() {
+            // The receiver is gone: its streams fail with the channel, and
+            // the pipe is free for the others.
+            if let Some(p) = &self.slow.pipe_tx {
+                p.borrow_mut().abandon(self.peer_local);
+            }
+            self.slow.out_streams.clear();
+        }
         if !self.slow.out_streams.is_empty() || !self.slow.in_streams.is_empty() {
             n += self.poll_pipes(st);
         }
@@ -778,38 +1024,55 @@ impl ShmChannel {
     fn poll_pipes(&mut self, st: &mut State) -> usize {
         let mut n = 0;
         let mut ring = false;
-        if let (Some(front), Some(tx)) = (
+        let peer_tag = self.peer_local as u32 + 1;
+        if let (Some(front), Some(pipe)) = (
             self.slow.out_streams.front_mut(),
-            self.slow.pipe_tx.as_mut(),
+            self.slow.pipe_tx.as_ref(),
         ) {
-            // SAFETY: the send's Request borrows `len` bytes at `ptr` until
-            // the operation completes, which happens only below, after the
-            // last byte has been copied out.
-            let src = unsafe { std::slice::from_raw_parts(front.ptr, front.len) };
-            let sent = tx.try_send(&src[front.off..]);
-            if sent > 0 {
-                front.off += sent;
-                n += 1;
-                ring = true;
-            }
-            if front.off == front.len {
-                st.send_stream_done(front.send_token);
-                self.slow.out_streams.pop_front();
+            let mut po = pipe.borrow_mut();
+            if po.take(self.peer_local) {
+                // SAFETY: the send's Request borrows `len` bytes at `ptr`
+                // until the operation completes, which happens only below,
+                // after the last byte has been copied out.
+                let src = unsafe { std::slice::from_raw_parts(front.ptr, front.len) };
+                let sent = po.tx.try_send_tagged(&src[front.off..], peer_tag);
+                if sent > 0 {
+                    front.off += sent;
+                    n += 1;
+                    ring = true;
+                }
+                po.busy = front.off < front.len;
+                if front.off == front.len {
+                    st.send_stream_done(front.send_token);
+                    self.slow.out_streams.pop_front();
+                }
             }
         }
-        if let (Some(front), Some(rx)) =
+        let my_tag = self.me as u32 + 1;
+        if let (Some(front), Some(pin)) =
             (self.slow.in_streams.front_mut(), self.slow.pipe_rx.as_mut())
         {
+            let w = self
+                .node
+                .pipe_owner(self.peer_local)
+                .load(std::sync::atomic::Ordering::Acquire);
+            let gen = (w >> 32) as u32;
+            if w & 0x3f_ffff == u64::from(my_tag) && gen != pin.seen_gen {
+                // The pipe served another receiver since we last read it.
+                pin.seen_gen = gen;
+                pin.rx.restart_at(((w >> 22) & 0x3ff) as usize);
+            }
+            let rx = &mut pin.rx;
             let left = front.wanted - front.got;
             let got = match st.recv_stream_buf(front.recv_token) {
                 Some(dst) => {
                     let m = left.min(dst.len());
-                    rx.try_recv(&mut dst[..m])
+                    rx.try_recv_tagged(&mut dst[..m], my_tag)
                 }
                 None => {
                     // The receive failed meanwhile: drain and drop its bytes.
                     self.slow.scratch.resize(left.min(1 << 16), 0);
-                    rx.try_recv(&mut self.slow.scratch)
+                    rx.try_recv_tagged(&mut self.slow.scratch, my_tag)
                 }
             };
             if got > 0 {
