@@ -1254,3 +1254,128 @@ pub unsafe extern "C" fn MPI_Ialltoallv(
 
 #[allow(dead_code)]
 fn keep_alive(_: Rc<Comm>) {}
+
+/// Alltoallw with contiguous types: an alltoallv of bytes (counts times
+/// each peer's type size, displacements in bytes as Alltoallw has them).
+unsafe fn alltoallw(
+    sbuf: *const c_void,
+    scounts: *const c_int,
+    sdispls: *const c_int,
+    stypes: *const MPI_Datatype,
+    rbuf: *mut c_void,
+    rcounts: *const c_int,
+    rdispls: *const c_int,
+    rtypes: *const MPI_Datatype,
+    comm: MPI_Comm,
+    req: Req,
+) -> R<()> {
+    check_req(req)?;
+    let c = state::comm(comm)?;
+    let n = c.size();
+    let in_place = is_in_place(sbuf);
+    let layout = |counts: *const c_int,
+                  displs: *const c_int,
+                  types: *const MPI_Datatype|
+     -> R<(Vec<usize>, Vec<usize>)> {
+        // SAFETY: one entry per rank in each array (MPI's contract).
+        let (k, d, t) = unsafe {
+            (
+                carray(counts, n, "counts")?,
+                carray(displs, n, "displs")?,
+                carray(types, n, "types")?,
+            )
+        };
+        let mut kb = Vec::with_capacity(n);
+        let mut db = Vec::with_capacity(n);
+        for i in 0..n {
+            if k[i] < 0 || d[i] < 0 {
+                return err(
+                    MPI_ERR_COUNT,
+                    format!("block {i}: count {} at {}", k[i], d[i]),
+                );
+            }
+            kb.push(k[i] as usize * contiguous(t[i])?.wire());
+            db.push(d[i] as usize);
+        }
+        Ok((kb, db))
+    };
+    let (rk, rd) = layout(rcounts, rdispls, rtypes)?;
+    let rtotal = span(&rk, &rd);
+    if rtotal > 0 && rbuf.is_null() {
+        return err(MPI_ERR_BUFFER, "receive buffer is a null pointer");
+    }
+    // SAFETY: MPI's contract; a nonblocking call's buffers stay valid
+    // until it completes.
+    let rb = unsafe { bytes_mut(rbuf, rtotal) };
+    let mut keep = Vec::new();
+    let (sk, sd, sb): (Vec<usize>, Vec<usize>, &[u8]) = if in_place {
+        keep.push(rb.to_vec());
+        // SAFETY: the copy is kept with the request (or to the end of the
+        // blocking call).
+        (rk.clone(), rd.clone(), unsafe { forever(&keep[0]) })
+    } else {
+        let (sk, sd) = layout(scounts, sdispls, stypes)?;
+        let stotal = span(&sk, &sd);
+        if stotal > 0 && sbuf.is_null() {
+            return err(MPI_ERR_BUFFER, "send buffer is a null pointer");
+        }
+        // SAFETY: as above.
+        let b = unsafe { bytes(sbuf, stotal) };
+        (sk, sd, b)
+    };
+    let r = match req {
+        None => return Ok(c.alltoallv(sb, &sk, &sd, rb, &rk, &rd)?),
+        Some(_) => c.ialltoallv(static_scope(), sb, &sk, &sd, rb, &rk, &rd)?,
+    };
+    store(req.unwrap_or(std::ptr::null_mut()), r, comm, keep)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Alltoallw(
+    sbuf: *const c_void,
+    scounts: *const c_int,
+    sdispls: *const c_int,
+    stypes: *const MPI_Datatype,
+    rbuf: *mut c_void,
+    rcounts: *const c_int,
+    rdispls: *const c_int,
+    rtypes: *const MPI_Datatype,
+    comm: MPI_Comm,
+) -> c_int {
+    // SAFETY: MPI's contract, passed on.
+    call("MPI_Alltoallw", comm, || unsafe {
+        alltoallw(
+            sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, comm, None,
+        )
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Ialltoallw(
+    sbuf: *const c_void,
+    scounts: *const c_int,
+    sdispls: *const c_int,
+    stypes: *const MPI_Datatype,
+    rbuf: *mut c_void,
+    rcounts: *const c_int,
+    rdispls: *const c_int,
+    rtypes: *const MPI_Datatype,
+    comm: MPI_Comm,
+    req: *mut MPI_Request,
+) -> c_int {
+    // SAFETY: MPI's contract, passed on.
+    call("MPI_Ialltoallw", comm, || unsafe {
+        alltoallw(
+            sbuf,
+            scounts,
+            sdispls,
+            stypes,
+            rbuf,
+            rcounts,
+            rdispls,
+            rtypes,
+            comm,
+            Some(req),
+        )
+    })
+}

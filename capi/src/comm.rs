@@ -464,7 +464,9 @@ pub unsafe extern "C" fn MPI_Comm_create(
         }
         let me = c.world_rank(c.rank()).unwrap_or(usize::MAX);
         let (color, key) = match gr.iter().position(|&w| w == me) {
-            Some(p) => (0, p as c_int),
+            // Disjoint groups (each rank passing its own, as MPI allows)
+            // get a color each: their lowest member.
+            Some(p) => (*gr.iter().min().unwrap_or(&0) as c_int, p as c_int),
             None => (ibcoll::UNDEFINED, 0),
         };
         let n = c.split(color, key)?;

@@ -1,5 +1,5 @@
 //! Functions `mpi.h` declares that ibcoll does not implement (one-sided,
-//! I/O, spawn, topologies, alltoallw): each reports
+//! I/O, spawn, topologies): each reports
 //! MPI_ERR_UNSUPPORTED_OPERATION naming itself, through MPI_COMM_WORLD's
 //! error handler, so programs that only reference them build and run.
 //!
@@ -52,7 +52,5 @@ unsupported!(
     MPI_File_close,
     MPI_Comm_spawn,
     MPI_Cart_create,
-    MPI_Alltoallw,
-    MPI_Ialltoallw,
     MPI_Comm_create_errhandler,
 );
