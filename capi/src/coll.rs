@@ -231,8 +231,8 @@ unsafe fn reduction(
     // SAFETY: the buffers hold `count` elements (MPI's contract) and, for
     // a nonblocking call, stay valid until its request completes.
     let send = (!in_place).then(|| unsafe { bytes(sbuf, n) });
-    // SAFETY: as above.
     let recv = if gets_result {
+        // SAFETY: as above.
         unsafe { bytes_mut(rbuf, n) }
     } else {
         &mut []

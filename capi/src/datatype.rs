@@ -590,7 +590,7 @@ pub unsafe fn pack(buf: *const u8, count: usize, t: &TypeInfo, out: &mut [u8]) {
 /// `buf` holds `count` elements of `t`, `count * wire <= data.len()`
 /// rounded down to whole elements.
 pub unsafe fn unpack(buf: *mut u8, t: &TypeInfo, data: &[u8]) {
-    let n = if t.wire == 0 { 0 } else { data.len() / t.wire };
+    let n = data.len().checked_div(t.wire).unwrap_or(0);
     let mut at = 0;
     for i in 0..n {
         for &(o, l) in &t.blocks {
