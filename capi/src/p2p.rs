@@ -213,24 +213,24 @@ pub unsafe extern "C" fn MPI_Recv(
     })
 }
 
-unsafe fn isend(
+/// Starts a send: the request's entry (not registered yet).
+///
+/// # Safety
+/// `buf` holds `count` elements and stays valid and unchanged until the
+/// operation completes (MPI's contract for nonblocking sends).
+pub unsafe fn post_send(
     buf: *const c_void,
     count: c_int,
     dt: MPI_Datatype,
     to: c_int,
     tag: c_int,
     comm: MPI_Comm,
-    req: *mut MPI_Request,
-) -> R<()> {
+) -> R<ReqEntry> {
     let c = state::comm(comm)?;
     let t = ty(dt)?;
     let tag = send_tag(tag)?;
-    if req.is_null() {
-        return err(MPI_ERR_REQUEST, "request pointer is null");
-    }
     let Some(d) = dest(&c, to)? else {
-        let h = requests::add(ReqEntry::finished(comm, Default::default()))?;
-        return put(req, h, "request");
+        return Ok(ReqEntry::finished(comm, Default::default()));
     };
     // SAFETY: `buf` holds `count` elements (MPI's contract).
     let data = unsafe { buffers::out(buf, count, &t) }?;
@@ -247,8 +247,123 @@ unsafe fn isend(
     let r = c.isend(static_scope(), view, d, tag)?;
     let mut e = ReqEntry::new(Pending::P2p(r), comm);
     e.keep.extend(keep);
+    Ok(e)
+}
+
+unsafe fn isend(
+    buf: *const c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    to: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    req: *mut MPI_Request,
+) -> R<()> {
+    if req.is_null() {
+        return err(MPI_ERR_REQUEST, "request pointer is null");
+    }
+    // SAFETY: MPI's contract, passed on.
+    let e = unsafe { post_send(buf, count, dt, to, tag, comm) }?;
     put(req, requests::add(e)?, "request")
 }
+
+/// Starts a receive: the request's entry (not registered yet).
+///
+/// # Safety
+/// `buf` holds `count` writable elements left alone until the operation
+/// completes (MPI's contract for nonblocking receives).
+pub unsafe fn post_recv(
+    buf: *mut c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    from: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+) -> R<ReqEntry> {
+    let c = state::comm(comm)?;
+    let t = ty(dt)?;
+    let tag = recv_tag(tag)?;
+    let Some(s) = source(&c, from)? else {
+        return Ok(ReqEntry::finished(comm, proc_null_status()));
+    };
+    // SAFETY: the caller's contract.
+    let into = unsafe { buffers::inb(buf, count, &t) }?;
+    let (view, staged) = match into {
+        // SAFETY: the caller's contract.
+        In::Direct(b) => (unsafe { buffers::forever_mut(b) }, None),
+        In::Staged(mut s) => {
+            // SAFETY: the staging vector moves into the request's entry,
+            // which keeps it until the receive is done.
+            (unsafe { buffers::forever_mut(&mut s.data) }, Some(s))
+        }
+    };
+    let r = c.irecv(static_scope(), view, s, tag)?;
+    let mut e = ReqEntry::new(Pending::P2p(r), comm);
+    e.staged = staged;
+    Ok(e)
+}
+
+/// MPI_Send_init / MPI_Recv_init: checks the arguments, keeps them.
+unsafe fn init_persistent(
+    send: bool,
+    buf: *mut c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    peer: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    req: *mut MPI_Request,
+) -> R<()> {
+    let c = state::comm(comm)?;
+    let t = ty(dt)?;
+    buffers::wire_len(buf, count, &t)?;
+    if send {
+        send_tag(tag)?;
+        dest(&c, peer)?;
+    } else {
+        recv_tag(tag)?;
+        source(&c, peer)?;
+    }
+    if req.is_null() {
+        return err(MPI_ERR_REQUEST, "request pointer is null");
+    }
+    let mut e = ReqEntry::new(Pending::Done, comm);
+    e.persist = Some(requests::Persist {
+        send,
+        buf,
+        count,
+        dt,
+        peer,
+        tag,
+    });
+    put(req, requests::add(e)?, "request")
+}
+
+macro_rules! init_fn {
+    ($name:ident, $s:literal, $send:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            buf: *const c_void,
+            count: c_int,
+            dt: MPI_Datatype,
+            peer: c_int,
+            tag: c_int,
+            comm: MPI_Comm,
+            req: *mut MPI_Request,
+        ) -> c_int {
+            // SAFETY: MPI's contract, passed on.
+            call($s, comm, || unsafe {
+                init_persistent($send, buf as *mut c_void, count, dt, peer, tag, comm, req)
+            })
+        }
+    };
+}
+
+init_fn!(MPI_Send_init, "MPI_Send_init", true);
+init_fn!(MPI_Ssend_init, "MPI_Ssend_init", true);
+init_fn!(MPI_Rsend_init, "MPI_Rsend_init", true);
+init_fn!(MPI_Bsend_init, "MPI_Bsend_init", true);
+init_fn!(MPI_Recv_init, "MPI_Recv_init", false);
 
 macro_rules! isend_fn {
     ($name:ident, $s:literal) => {
@@ -286,31 +401,11 @@ pub unsafe extern "C" fn MPI_Irecv(
     req: *mut MPI_Request,
 ) -> c_int {
     call("MPI_Irecv", comm, || {
-        let c = state::comm(comm)?;
-        let t = ty(dt)?;
-        let tag = recv_tag(tag)?;
         if req.is_null() {
             return err(MPI_ERR_REQUEST, "request pointer is null");
         }
-        let Some(s) = source(&c, from)? else {
-            let h = requests::add(ReqEntry::finished(comm, proc_null_status()))?;
-            return put(req, h, "request");
-        };
-        // SAFETY: `buf` holds `count` writable elements (MPI's contract).
-        let into = unsafe { buffers::inb(buf, count, &t) }?;
-        let (view, staged) = match into {
-            // SAFETY: the caller leaves the buffer alone until the request
-            // completes (MPI's contract for nonblocking receives).
-            In::Direct(b) => (unsafe { buffers::forever_mut(b) }, None),
-            In::Staged(mut s) => {
-                // SAFETY: the staging vector moves into the request's
-                // entry, which keeps it until the receive is done.
-                (unsafe { buffers::forever_mut(&mut s.data) }, Some(s))
-            }
-        };
-        let r = c.irecv(static_scope(), view, s, tag)?;
-        let mut e = ReqEntry::new(Pending::P2p(r), comm);
-        e.staged = staged;
+        // SAFETY: MPI's contract, passed on.
+        let e = unsafe { post_recv(buf, count, dt, from, tag, comm) }?;
         put(req, requests::add(e)?, "request")
     })
 }

@@ -31,6 +31,20 @@ pub struct ReqEntry {
     /// Memory the operation reads until it is done (packed sends,
     /// converted layouts).
     pub keep: Vec<Vec<u8>>,
+    /// A persistent request's arguments (MPI_Send_init, MPI_Recv_init):
+    /// it stays in the table, inactive between a completion and the next
+    /// MPI_Start, until MPI_Request_free.
+    pub persist: Option<Persist>,
+}
+
+#[derive(Clone, Copy)]
+pub struct Persist {
+    pub send: bool,
+    pub buf: *mut libc::c_void,
+    pub count: c_int,
+    pub dt: MPI_Datatype,
+    pub peer: c_int,
+    pub tag: c_int,
 }
 
 impl ReqEntry {
@@ -41,7 +55,13 @@ impl ReqEntry {
             done: None,
             staged: None,
             keep: Vec::new(),
+            persist: None,
         }
+    }
+
+    /// A persistent request not started (or completed since its start).
+    pub fn inactive(&self) -> bool {
+        self.persist.is_some() && self.done.is_none() && matches!(self.op, Pending::Done)
     }
 
     /// An entry that is complete from the start.
@@ -159,6 +179,9 @@ fn settle(e: &mut ReqEntry, r: Result<Option<Status>, ibcoll::Error>) {
 
 /// Blocks until `e` completes.
 fn wait_entry(e: &mut ReqEntry) {
+    if e.inactive() {
+        e.done = Some((empty_status(), None));
+    }
     if e.done.is_some() {
         return;
     }
@@ -172,6 +195,9 @@ fn wait_entry(e: &mut ReqEntry) {
 
 /// Progresses `e` once; true once complete.
 fn test_entry(e: &mut ReqEntry) -> bool {
+    if e.inactive() {
+        e.done = Some((empty_status(), None));
+    }
     if e.done.is_some() {
         return true;
     }
@@ -192,10 +218,24 @@ fn test_entry(e: &mut ReqEntry) -> bool {
     true
 }
 
-/// The outcome of a completed entry, and its slot freed.
-fn outcome(i: usize, e: ReqEntry) -> (MPI_Status, Option<MpiErr>, MPI_Comm) {
+/// The outcome of a completed entry; its slot freed and the caller's
+/// handle set to MPI_REQUEST_NULL, or, for a persistent request, the entry
+/// kept (inactive) under the same handle.
+fn outcome(
+    i: usize,
+    mut e: ReqEntry,
+    h: &mut MPI_Request,
+) -> (MPI_Status, Option<MpiErr>, MPI_Comm) {
     let comm = e.comm;
-    let (s, x) = e.done.unwrap_or_default();
+    let (s, x) = e.done.take().unwrap_or_default();
+    if e.persist.is_some() {
+        e.op = Pending::Done;
+        e.staged = None;
+        e.keep.clear();
+        put_back(i, e);
+        return (s, x, comm);
+    }
+    *h = MPI_REQUEST_NULL;
     drop(e.op);
     release(i);
     (s, x, comm)
@@ -248,8 +288,7 @@ pub unsafe extern "C" fn MPI_Wait(req: *mut MPI_Request, status: *mut MPI_Status
         Err(e) => return fail("MPI_Wait", MPI_COMM_WORLD, e),
     };
     wait_entry(&mut e);
-    *r = MPI_REQUEST_NULL;
-    let (s, x, comm) = outcome(i, e);
+    let (s, x, comm) = outcome(i, e, r);
     put_status(status, s);
     match x {
         None => MPI_SUCCESS,
@@ -291,8 +330,7 @@ pub unsafe extern "C" fn MPI_Test(
         return MPI_SUCCESS;
     }
     let _ = put(flag, 1, "flag");
-    *r = MPI_REQUEST_NULL;
-    let (s, x, comm) = outcome(i, e);
+    let (s, x, comm) = outcome(i, e, r);
     put_status(status, s);
     match x {
         None => MPI_SUCCESS,
@@ -337,8 +375,7 @@ unsafe fn complete_all(
             }
         };
         wait_entry(&mut e);
-        *h = MPI_REQUEST_NULL;
-        let (mut s, x, comm) = outcome(i, e);
+        let (mut s, x, comm) = outcome(i, e, h);
         if let Some(x) = x {
             s.MPI_ERROR = x.class;
             first.get_or_insert((x, comm));
@@ -419,8 +456,12 @@ fn scan(rs: &[MPI_Request], limit: usize, found: &mut Vec<usize>) -> R<bool> {
         if h == MPI_REQUEST_NULL {
             continue;
         }
-        active = true;
         let (i, mut e) = take(h)?;
+        if e.inactive() {
+            put_back(i, e);
+            continue;
+        }
+        active = true;
         let ok = test_entry(&mut e);
         put_back(i, e);
         if ok {
@@ -436,8 +477,7 @@ fn scan(rs: &[MPI_Request], limit: usize, found: &mut Vec<usize>) -> R<bool> {
 /// Takes the outcome of completed request `rs[k]`.
 fn finish_at(rs: &mut [MPI_Request], k: usize) -> R<(MPI_Status, Option<MpiErr>, MPI_Comm)> {
     let (i, e) = take(rs[k])?;
-    rs[k] = MPI_REQUEST_NULL;
-    Ok(outcome(i, e))
+    Ok(outcome(i, e, &mut rs[k]))
 }
 
 unsafe fn any(
@@ -708,4 +748,54 @@ pub fn finish_all(st: &mut state::State) {
     for mut e in st.detached.drain(..) {
         wait_entry(&mut e);
     }
+}
+
+/// Starts persistent request `h`.
+fn start(h: MPI_Request) -> R<()> {
+    let (i, mut e) = take(h)?;
+    let Some(p) = e.persist else {
+        put_back(i, e);
+        return err(MPI_ERR_REQUEST, format!("request {h:#x} is not persistent"));
+    };
+    if !e.inactive() {
+        put_back(i, e);
+        return err(MPI_ERR_REQUEST, format!("request {h:#x} is active already"));
+    }
+    // SAFETY: the buffer given to MPI_Send_init/MPI_Recv_init stays valid
+    // while the request exists (MPI's contract).
+    let posted = unsafe {
+        if p.send {
+            crate::p2p::post_send(p.buf, p.count, p.dt, p.peer, p.tag, e.comm)
+        } else {
+            crate::p2p::post_recv(p.buf, p.count, p.dt, p.peer, p.tag, e.comm)
+        }
+    };
+    match posted {
+        Ok(n) => {
+            e.op = n.op;
+            e.done = n.done;
+            e.staged = n.staged;
+            e.keep = n.keep;
+            put_back(i, e);
+            Ok(())
+        }
+        Err(x) => {
+            put_back(i, e);
+            Err(x)
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Start(req: *mut MPI_Request) -> c_int {
+    call("MPI_Start", MPI_COMM_WORLD, || start(*req_ptr(req)?))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Startall(count: c_int, rs: *mut MPI_Request) -> c_int {
+    call("MPI_Startall", MPI_COMM_WORLD, || {
+        // SAFETY: an array of `count` requests (MPI's contract).
+        let rs = unsafe { reqs(rs, count) }?;
+        rs.iter().try_for_each(|&h| start(h))
+    })
 }

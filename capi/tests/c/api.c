@@ -41,6 +41,26 @@ int main(int argc, char **argv) {
     CHECK(sts[0].MPI_SOURCE == left && sts[0].MPI_TAG == 11, "status %d %d", sts[0].MPI_SOURCE, sts[0].MPI_TAG);
     CHECK(rq[0] == MPI_REQUEST_NULL, "request not nulled");
 
+    /* Persistent requests: one halo exchange set up once, run three times. */
+    {
+        int pout = 0, pin = -1, it;
+        MPI_Request pr[2];
+        MPI_Recv_init(&pin, 1, MPI_INT, left, 13, MPI_COMM_WORLD, &pr[0]);
+        MPI_Send_init(&pout, 1, MPI_INT, right, 13, MPI_COMM_WORLD, &pr[1]);
+        for (it = 0; it < 3; it++) {
+            pout = rank * 10 + it;
+            MPI_Startall(2, pr);
+            MPI_Waitall(2, pr, sts);
+            CHECK(pin == left * 10 + it && sts[0].MPI_SOURCE == left, "persistent round %d got %d", it, pin);
+            CHECK(pr[0] != MPI_REQUEST_NULL, "persistent request kept");
+        }
+        MPI_Status pst; MPI_Wait(&pr[0], &pst); /* inactive: returns at once */
+        CHECK(pst.MPI_SOURCE == MPI_ANY_SOURCE, "inactive wait status %d", pst.MPI_SOURCE);
+        MPI_Request_free(&pr[0]);
+        MPI_Request_free(&pr[1]);
+        CHECK(pr[0] == MPI_REQUEST_NULL && pr[1] == MPI_REQUEST_NULL, "persistent freed");
+    }
+
     /* ANY_SOURCE receives that read the status; Get_count. */
     if (rank == 0) {
         int seen = 0;
