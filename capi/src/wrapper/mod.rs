@@ -40,7 +40,18 @@ pub fn run(compiler_env: &str, default: &str) -> ! {
         let d = libdir.display();
         if static_lib {
             full.push(format!("{d}/libibcoll_mpi.a"));
-            for l in ["-lpthread", "-ldl", "-lm", "-lrt", "-lgcc_s", "-lc"] {
+            // What `rustc --print native-static-libs` lists for the archive.
+            for l in [
+                "-libverbs",
+                "-lrdmacm",
+                "-lgcc_s",
+                "-lutil",
+                "-lrt",
+                "-lpthread",
+                "-lm",
+                "-ldl",
+                "-lc",
+            ] {
                 full.push(l.into());
             }
         } else {
