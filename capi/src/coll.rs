@@ -15,7 +15,7 @@ use crate::datatype::{carray, ty, Ty};
 use crate::error::{call, err, R};
 use crate::ops::kernel;
 use crate::requests::{self, Pending, ReqEntry};
-use crate::state;
+use crate::state::{self, index};
 
 /// Where a call's request goes: `None` for a blocking call.
 type Req = Option<*mut MPI_Request>;
@@ -143,9 +143,28 @@ unsafe fn bcast(
     req: Req,
 ) -> R<()> {
     check_req(req)?;
-    let c = state::comm(comm)?;
     let t = contiguous(dt)?;
-    let root = check_root(&c, root)?;
+    if req.is_none() {
+        // SAFETY: MPI's contract, passed on.
+        return state::with_comm(comm, |c| unsafe {
+            bcast_on(c, t, buf, count, root, comm, req)
+        });
+    }
+    let c = state::comm(comm)?;
+    // SAFETY: MPI's contract, passed on.
+    unsafe { bcast_on(&c, t, buf, count, root, comm, req) }
+}
+
+unsafe fn bcast_on(
+    c: &Comm,
+    t: Ty,
+    buf: *mut c_void,
+    count: c_int,
+    root: c_int,
+    comm: MPI_Comm,
+    req: Req,
+) -> R<()> {
+    let root = check_root(c, root)?;
     let n = wire_len(buf, count, &t)?;
     // SAFETY: `buf` holds `count` elements (MPI's contract); a nonblocking
     // call's buffer stays valid until its request completes.
@@ -206,13 +225,37 @@ unsafe fn reduction(
     req: Req,
 ) -> R<()> {
     check_req(req)?;
-    let c = state::comm(comm)?;
     let t = ty(dt)?;
+    if req.is_none() && index(op, OP_DYN).is_none() {
+        // A predefined operation runs no user code: the communicator is
+        // used in place (see `state::with_comm`).
+        // SAFETY: MPI's contract, passed on.
+        return state::with_comm(comm, |c| unsafe {
+            reduction_on(c, t, sbuf, rbuf, count, dt, op, kind, comm, req)
+        });
+    }
+    let c = state::comm(comm)?;
+    // SAFETY: MPI's contract, passed on.
+    unsafe { reduction_on(&c, t, sbuf, rbuf, count, dt, op, kind, comm, req) }
+}
+
+unsafe fn reduction_on(
+    c: &Comm,
+    t: Ty,
+    sbuf: *const c_void,
+    rbuf: *mut c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    op: MPI_Op,
+    kind: Red,
+    comm: MPI_Comm,
+    req: Req,
+) -> R<()> {
     let (k, esize, _) = kernel(op, dt, &t)?;
     let in_place = is_in_place(sbuf);
     let (root, gets_result) = match kind {
         Red::Reduce(r) => {
-            let r = check_root(&c, r)?;
+            let r = check_root(c, r)?;
             (r, c.rank() == r)
         }
         _ => (0, true),
@@ -237,7 +280,6 @@ unsafe fn reduction(
     } else {
         &mut []
     };
-    let s = static_scope();
     match (kind, req) {
         (Red::Reduce(_), None) => Ok(c.reduce_raw(send, recv, esize, &k, root)?),
         (Red::Allreduce, None) => Ok(c.allreduce_raw(send, recv, esize, &k)?),
@@ -245,25 +287,25 @@ unsafe fn reduction(
         (Red::Exscan, None) => Ok(c.scan_raw(true, send, recv, esize, &k)?),
         (Red::Reduce(_), Some(r)) => store(
             r,
-            c.ireduce_raw(s, send, recv, esize, &k, root)?,
+            c.ireduce_raw(static_scope(), send, recv, esize, &k, root)?,
             comm,
             Vec::new(),
         ),
         (Red::Allreduce, Some(r)) => store(
             r,
-            c.iallreduce_raw(s, send, recv, esize, &k)?,
+            c.iallreduce_raw(static_scope(), send, recv, esize, &k)?,
             comm,
             Vec::new(),
         ),
         (Red::Scan, Some(r)) => store(
             r,
-            c.iscan_raw(s, false, send, recv, esize, &k)?,
+            c.iscan_raw(static_scope(), false, send, recv, esize, &k)?,
             comm,
             Vec::new(),
         ),
         (Red::Exscan, Some(r)) => store(
             r,
-            c.iscan_raw(s, true, send, recv, esize, &k)?,
+            c.iscan_raw(static_scope(), true, send, recv, esize, &k)?,
             comm,
             Vec::new(),
         ),
@@ -928,19 +970,60 @@ unsafe fn all_to(
     req: Req,
 ) -> R<()> {
     check_req(req)?;
-    let c = state::comm(comm)?;
-    let n = c.size();
     let in_place = is_in_place(sbuf);
     let rt = contiguous(rtype)?;
-    let block = wire_len(rbuf, rcount, &rt)?;
-    let send = if in_place {
-        0
+    let st = if in_place {
+        None
     } else {
-        let st = contiguous(stype)?;
-        let b = wire_len(sbuf, scount, &st)?;
-        same(if alltoall { "alltoall" } else { "allgather" }, b, block)?;
-        b
+        Some(contiguous(stype)?)
     };
+    let body = |c: &Comm| -> R<()> {
+        // SAFETY: MPI's contract, passed on.
+        unsafe {
+            all_to_on(
+                c,
+                alltoall,
+                sbuf,
+                scount,
+                st.as_ref(),
+                rbuf,
+                rcount,
+                &rt,
+                comm,
+                req,
+            )
+        }
+    };
+    if req.is_none() {
+        return state::with_comm(comm, body);
+    }
+    let c = state::comm(comm)?;
+    body(&c)
+}
+
+unsafe fn all_to_on(
+    c: &Comm,
+    alltoall: bool,
+    sbuf: *const c_void,
+    scount: c_int,
+    st: Option<&Ty>,
+    rbuf: *mut c_void,
+    rcount: c_int,
+    rt: &Ty,
+    comm: MPI_Comm,
+    req: Req,
+) -> R<()> {
+    let n = c.size();
+    let block = wire_len(rbuf, rcount, rt)?;
+    let send = match st {
+        None => 0,
+        Some(st) => {
+            let b = wire_len(sbuf, scount, st)?;
+            same(if alltoall { "alltoall" } else { "allgather" }, b, block)?;
+            b
+        }
+    };
+    let in_place = st.is_none();
     let sn = if alltoall { n * send } else { send };
     // SAFETY: MPI's contract for both buffers; a nonblocking call's stay
     // valid until it completes.

@@ -33,7 +33,7 @@ pub fn kernel(op: MPI_Op, dt: MPI_Datatype, t: &Ty) -> R<(ByteReduce, usize, usi
         return err(MPI_ERR_OP, format!("invalid operation handle {op:#x}"));
     }
     let slot = ((op & 0xf) as usize) * 32 + kind.id() as usize;
-    if let Some(k) = state::with(|st| Ok(st.builtin.get(slot).cloned().flatten()))? {
+    if let Some(k) = BUILTIN.with(|b| b.borrow().get(slot).cloned().flatten()) {
         return Ok((k, esize, per));
     }
     let Some(k) = builtin(op, kind) else {
@@ -45,16 +45,22 @@ pub fn kernel(op: MPI_Op, dt: MPI_Datatype, t: &Ty) -> R<(ByteReduce, usize, usi
             ),
         );
     };
-    {
-        state::with(|st| {
-            if st.builtin.len() <= slot {
-                st.builtin.resize(16 * 32, None);
-            }
-            st.builtin[slot] = Some(k.clone());
-            Ok(())
-        })?;
-    }
+    BUILTIN.with(|b| {
+        let mut b = b.borrow_mut();
+        if b.len() <= slot {
+            b.resize(16 * 32, None);
+        }
+        b[slot] = Some(k.clone());
+    });
     Ok((k, esize, per))
+}
+
+thread_local! {
+    /// Kernels of the predefined operations by (operation, kind): apart
+    /// from the state, so that a lookup never conflicts with a call that
+    /// holds the state (they call no user code).
+    static BUILTIN: std::cell::RefCell<Vec<Option<ByteReduce>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
 }
 
 pub fn op_name(op: MPI_Op) -> &'static str {

@@ -9,7 +9,9 @@ use crate::abi::*;
 use crate::buffers::{self, put, put_status, In, Out};
 use crate::datatype::ty;
 use crate::error::{call, err, MpiErr, R};
-use crate::requests::{self, failed_status, proc_null_status, status_of, Pending, ReqEntry};
+use crate::requests::{
+    self, failed_status, failed_status_in, proc_null_status, status_of, Pending, ReqEntry,
+};
 use crate::state;
 
 /// A destination rank of `c`, or `None` for MPI_PROC_NULL.
@@ -76,16 +78,17 @@ unsafe fn send(
     tag: c_int,
     comm: MPI_Comm,
 ) -> R<()> {
-    let c = state::comm(comm)?;
     let t = ty(dt)?;
     let tag = send_tag(tag)?;
-    let Some(d) = dest(&c, to)? else {
-        return Ok(());
-    };
-    // SAFETY: `buf` holds `count` elements of `dt` (MPI's contract).
-    let data = unsafe { buffers::out(buf, count, &t) }?;
-    c.send(data.bytes(), d, tag)?;
-    Ok(())
+    state::with_comm(comm, |c| {
+        let Some(d) = dest(c, to)? else {
+            return Ok(());
+        };
+        // SAFETY: `buf` holds `count` elements of `dt` (MPI's contract).
+        let data = unsafe { buffers::out(buf, count, &t) }?;
+        c.send(data.bytes(), d, tag)?;
+        Ok(())
+    })
 }
 
 #[no_mangle]
@@ -172,29 +175,30 @@ unsafe fn recv(
     comm: MPI_Comm,
     status: *mut MPI_Status,
 ) -> R<()> {
-    let c = state::comm(comm)?;
     let t = ty(dt)?;
     let tag = recv_tag(tag)?;
-    let Some(s) = source(&c, from)? else {
-        put_status(status, proc_null_status());
-        return Ok(());
-    };
-    // SAFETY: `buf` holds `count` writable elements (MPI's contract).
-    let mut into = unsafe { buffers::inb(buf, count, &t) }?;
-    match c.recv(into.bytes(), s, tag) {
-        Ok(st) => {
-            if let In::Staged(s) = &into {
-                // SAFETY: the receive is done; `buf` is as above.
-                unsafe { s.finish(st.len) };
+    state::with_comm(comm, |c| {
+        let Some(s) = source(c, from)? else {
+            put_status(status, proc_null_status());
+            return Ok(());
+        };
+        // SAFETY: `buf` holds `count` writable elements (MPI's contract).
+        let mut into = unsafe { buffers::inb(buf, count, &t) }?;
+        match c.recv(into.bytes(), s, tag) {
+            Ok(st) => {
+                if let In::Staged(s) = &into {
+                    // SAFETY: the receive is done; `buf` is as above.
+                    unsafe { s.finish(st.len) };
+                }
+                put_status(status, status_of(&st));
+                Ok(())
             }
-            put_status(status, status_of(&st));
-            Ok(())
+            Err(e) => {
+                put_status(status, failed_status_in(c, &e));
+                Err(MpiErr::from(e))
+            }
         }
-        Err(e) => {
-            put_status(status, failed_status(comm, &e));
-            Err(MpiErr::from(e))
-        }
-    }
+    })
 }
 
 #[no_mangle]

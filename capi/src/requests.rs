@@ -103,6 +103,26 @@ pub fn status_of(s: &Status) -> MPI_Status {
 /// The status and error of a receive that failed: a truncated one still
 /// says what arrived (its source as a rank of `comm`).
 pub fn failed_status(comm: MPI_Comm, e: &ibcoll::Error) -> MPI_Status {
+    match state::comm(comm) {
+        Ok(c) => failed_status_in(&c, e),
+        Err(_) => failed_status_in_none(e),
+    }
+}
+
+fn failed_status_in_none(e: &ibcoll::Error) -> MPI_Status {
+    let mut s = empty_status();
+    if let ibcoll::Error::Truncated {
+        tag, buffer_len, ..
+    } = e
+    {
+        s.MPI_TAG = *tag;
+        s.set_count(*buffer_len, false);
+    }
+    s
+}
+
+/// [`failed_status`] with the communicator at hand.
+pub fn failed_status_in(c: &ibcoll::Comm, e: &ibcoll::Error) -> MPI_Status {
     let mut s = empty_status();
     if let ibcoll::Error::Truncated {
         peer,
@@ -111,10 +131,8 @@ pub fn failed_status(comm: MPI_Comm, e: &ibcoll::Error) -> MPI_Status {
         ..
     } = e
     {
-        if let Ok(c) = state::comm(comm) {
-            if let Some(r) = (0..c.size()).find(|&r| c.world_rank(r) == Some(*peer)) {
-                s.MPI_SOURCE = r as c_int;
-            }
+        if let Some(r) = (0..c.size()).find(|&r| c.world_rank(r) == Some(*peer)) {
+            s.MPI_SOURCE = r as c_int;
         }
         s.MPI_TAG = *tag;
         s.set_count(*buffer_len, false);

@@ -48,8 +48,6 @@ pub struct State {
     pub detached: Vec<ReqEntry>,
     /// Reduction kernels by (operation, element kind), made once.
     pub kernels: std::collections::HashMap<(c_int, c_int), ByteReduce>,
-    /// Kernels of the predefined operations, by (operation, kind).
-    pub builtin: Vec<Option<ByteReduce>>,
     /// Counts and displacements in bytes for the v-collectives (reused:
     /// no allocation per call once grown).
     pub scratch: [Vec<usize>; 4],
@@ -113,7 +111,6 @@ pub fn install(world: Comm) {
         free_reqs: Vec::new(),
         detached: Vec::new(),
         kernels: Default::default(),
-        builtin: Vec::new(),
         scratch: Default::default(),
     };
     ST.with(|s| *s.borrow_mut() = Some(st));
@@ -163,6 +160,24 @@ impl State {
         self.comms[i] = Some(e);
         COMM_DYN | i as c_int
     }
+}
+
+/// Runs `f` on the communicator behind `h` while the state is borrowed
+/// (shared): for blocking calls that run no user code (no reduction of
+/// the program's), so nothing can need the state mutably meanwhile. Saves
+/// the reference count of [`comm`].
+#[inline(always)]
+pub fn with_comm<T>(h: MPI_Comm, f: impl FnOnce(&Comm) -> R<T>) -> R<T> {
+    ST.with(|s| match s.try_borrow() {
+        Ok(g) => match g.as_ref() {
+            Some(st) => match st.comm_slot(h) {
+                Some(e) => f(&e.comm),
+                None => bad_comm(h),
+            },
+            None => not_running(),
+        },
+        Err(_) => err(MPI_ERR_INTERN, "the MPI library was re-entered while busy"),
+    })
 }
 
 /// The communicator behind handle `h`.
