@@ -689,3 +689,60 @@ pub unsafe extern "C" fn MPI_Unpack(
         Ok(())
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn basic_info(h: MPI_Datatype) -> TypeInfo {
+        let (size, ext, kind) = basic(h).unwrap();
+        Ty::Basic { size, ext, kind }.info()
+    }
+
+    #[test]
+    fn predefined_sizes_from_the_handle() {
+        assert_eq!(basic(MPI_DOUBLE).map(|b| b.0), Some(8));
+        assert_eq!(basic(MPI_INT8_T).map(|b| b.0), Some(1));
+        assert_eq!(
+            basic(MPI_UINT64_T).map(|b| (b.0, b.2)),
+            Some((8, Kind::U64))
+        );
+        assert_eq!(basic(MPI_DOUBLE_INT).map(|b| (b.0, b.1)), Some((12, 16)));
+        assert_eq!(basic(MPI_2INT).map(|b| (b.0, b.2)), Some((8, Kind::TwoInt)));
+        assert!(basic(0x1234).is_none());
+    }
+
+    #[test]
+    fn vector_and_contiguous_layouts() {
+        let d = basic_info(MPI_DOUBLE);
+        // A column of a 4x4 matrix: 4 blocks of 8 bytes, 32 bytes apart.
+        let v = build((0..4).map(|i| (i * 32, d.clone())));
+        assert_eq!((v.size, v.wire, v.extent, v.lb), (32, 32, 104, 0));
+        assert_eq!(v.blocks, vec![(0, 8), (32, 8), (64, 8), (96, 8)]);
+        assert!(!v.clone().contiguous());
+        assert_eq!(v.elem, Some(Kind::F64));
+        // Contiguous elements merge into one block.
+        let c = build((0..3).map(|i| (i * 8, d.clone())));
+        assert_eq!(c.blocks, vec![(0, 24)]);
+        assert!(c.contiguous());
+        // Mixed kinds have no element kind (no predefined reduction).
+        let m = build([(0, d.clone()), (8, basic_info(MPI_INT))].into_iter());
+        assert_eq!(m.elem, None);
+        assert_eq!((m.size, m.extent), (12, 12));
+    }
+
+    #[test]
+    fn pack_and_unpack_a_strided_type() {
+        let d = basic_info(MPI_BYTE);
+        let t = build((0..3).map(|i| (i * 2, d.clone())));
+        let src = [1u8, 0, 2, 0, 3, 4, 0, 5, 0, 6, 0];
+        let mut packed = [0u8; 6];
+        // SAFETY: `src` holds two elements of extent 5 plus the last block.
+        unsafe { pack(src.as_ptr(), 2, &t, &mut packed) };
+        assert_eq!(packed, [1, 2, 3, 4, 5, 6]);
+        let mut dst = [9u8; 11];
+        // SAFETY: `dst` holds two elements of `t`.
+        unsafe { unpack(dst.as_mut_ptr(), &t, &packed) };
+        assert_eq!(dst, [1, 9, 2, 9, 3, 4, 9, 5, 9, 6, 9]);
+    }
+}

@@ -336,3 +336,45 @@ pub unsafe extern "C" fn MPI_Reduce_local(
         Ok(())
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn di(v: f64, i: i32) -> [u8; 16] {
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&v.to_ne_bytes());
+        b[8..12].copy_from_slice(&i.to_ne_bytes());
+        b
+    }
+
+    #[test]
+    fn minloc_maxloc_on_double_int() {
+        let min = builtin(MPI_MINLOC, Kind::DoubleInt).unwrap();
+        let max = builtin(MPI_MAXLOC, Kind::DoubleInt).unwrap();
+        let mut d = [di(2.0, 5), di(1.0, 3)].concat();
+        let s = [di(2.0, 1), di(0.5, 9)].concat();
+        min.apply(&mut d, &s, true);
+        // Equal values: the lower index; a smaller value wins.
+        assert_eq!(d, [di(2.0, 1), di(0.5, 9)].concat());
+        let mut d = [di(2.0, 5), di(1.0, 3)].concat();
+        max.apply(&mut d, &s, false);
+        assert_eq!(d, [di(2.0, 1), di(1.0, 3)].concat());
+        assert!(builtin(MPI_SUM, Kind::DoubleInt).is_none());
+    }
+
+    #[test]
+    fn predefined_operations_by_kind() {
+        let lx = builtin(MPI_LXOR, Kind::I32).unwrap();
+        let mut d: Vec<u8> = [0i32, 5, 7].iter().flat_map(|x| x.to_ne_bytes()).collect();
+        let s: Vec<u8> = [3i32, 0, 1].iter().flat_map(|x| x.to_ne_bytes()).collect();
+        lx.apply(&mut d, &s, true);
+        let want: Vec<u8> = [1i32, 1, 0].iter().flat_map(|x| x.to_ne_bytes()).collect();
+        assert_eq!(d, want);
+        assert!(builtin(MPI_BAND, Kind::F64).is_none());
+        assert!(builtin(MPI_SUM, Kind::Byte).is_none());
+        assert!(builtin(MPI_BOR, Kind::Byte).is_some());
+        assert!(builtin(MPI_SUM, Kind::Opaque).is_none());
+        assert!(builtin(MPI_MINLOC, Kind::I32).is_none());
+    }
+}
