@@ -53,6 +53,8 @@ use crate::schedule::run::{self, Run, Wire};
 use crate::scope::Scope;
 use crate::select;
 
+mod raw;
+
 /// A nonblocking collective, started in a [`Scope`] whose lifetime
 /// `'scope` its buffers are borrowed for.
 ///
@@ -782,27 +784,39 @@ impl Comm {
     ) -> Result<Call<'b, 'static>> {
         self.check_op(c, &op)?;
         let esize = std::mem::size_of::<T>();
-        let count = send.map_or(recv.len(), |s| s.len());
+        let send_b = send.map(as_bytes);
+        self.reduce_like_bytes(c, send_b, as_bytes_mut(recv), esize, byte_reduce(op), root)
+    }
+
+    /// [`Comm::reduce_like`] on bytes: elements of `esize` bytes that
+    /// `reduce` combines (the typed calls and `raw.rs` share it).
+    #[inline(always)]
+    fn reduce_like_bytes<'b>(
+        &self,
+        c: Collective,
+        send: Option<&'b [u8]>,
+        recv: &'b mut [u8],
+        esize: usize,
+        reduce: ByteReduce,
+        root: usize,
+    ) -> Result<Call<'b, 'static>> {
+        let count = send.map_or(recv.len(), |s| s.len()) / esize;
         let needs_recv = c != Collective::Reduce || self.rank() == root || send.is_none();
-        if send.is_some() && needs_recv && recv.len() != count {
+        if send.is_some() && needs_recv && recv.len() / esize != count {
             return Err(self.coll_err(
                 c,
                 format!(
                     "send buffer has {count} elements, receive buffer {}",
-                    recv.len()
+                    recv.len() / esize
                 ),
             ));
         }
         let mut s = Spec::new(c, esize, count);
         s.root = root;
         s.in_place = send.is_none();
-        let recv_b = if needs_recv {
-            as_bytes_mut(recv)
-        } else {
-            &mut []
-        };
-        let send_b = send.map_or(&[][..], as_bytes);
-        self.prepare(s, send_b, recv_b, Some(byte_reduce(op)))
+        let recv_b = if needs_recv { recv } else { &mut [] };
+        let send_b = send.unwrap_or(&[]);
+        self.prepare(s, send_b, recv_b, Some(reduce))
     }
 
     /// Reduces every rank's `send` with `op` into `recv` at `root` (`recv`
@@ -948,8 +962,31 @@ impl Comm {
         op: ReduceOp<T>,
     ) -> Result<Call<'b, 'c>> {
         self.check_op(c, &op)?;
+        let esize = std::mem::size_of::<T>();
+        self.reduce_scatter_bytes(
+            c,
+            send.map(as_bytes),
+            as_bytes_mut(recv),
+            esize,
+            counts,
+            byte_reduce(op),
+        )
+    }
+
+    /// [`Comm::reduce_scatter_run`] on bytes (see `reduce_like_bytes`).
+    #[inline(always)]
+    fn reduce_scatter_bytes<'b, 'c>(
+        &self,
+        c: Collective,
+        send: Option<&'b [u8]>,
+        recv: &'b mut [u8],
+        esize: usize,
+        counts: Option<(&'c [usize], &'c [usize])>,
+        reduce: ByteReduce,
+    ) -> Result<Call<'b, 'c>> {
         let n = self.size();
-        let input_len = send.map_or(recv.len(), |s| s.len());
+        let recv_len = recv.len() / esize;
+        let input_len = send.map_or(recv_len, |s| s.len() / esize);
         let (mine, total) = match counts {
             Some((counts, _)) => {
                 if counts.len() != n {
@@ -959,7 +996,7 @@ impl Comm {
             }
             // reduce_scatter_block (never in place): every block as long
             // as `recv`.
-            None => (recv.len(), n * recv.len()),
+            None => (recv_len, n * recv_len),
         };
         if input_len != total {
             return Err(self.coll_err(
@@ -967,16 +1004,12 @@ impl Comm {
                 format!("input has {input_len} elements, the counts sum to {total}"),
             ));
         }
-        if send.is_some() && recv.len() != mine {
+        if send.is_some() && recv_len != mine {
             return Err(self.coll_err(
                 c,
-                format!(
-                    "receive buffer has {} elements, expected {mine}",
-                    recv.len()
-                ),
+                format!("receive buffer has {recv_len} elements, expected {mine}"),
             ));
         }
-        let esize = std::mem::size_of::<T>();
         let mut s = Spec::new(c, esize, mine);
         s.bytes = total * esize / n;
         match counts {
@@ -989,12 +1022,7 @@ impl Comm {
         }
         s.canonical = true;
         s.in_place = send.is_none();
-        self.prepare(
-            s,
-            send.map_or(&[][..], as_bytes),
-            as_bytes_mut(recv),
-            Some(byte_reduce(op)),
-        )
+        self.prepare(s, send.unwrap_or(&[]), recv, Some(reduce))
     }
 
     /// Reduces the ranks' `send` vectors (sum of `counts` elements) and

@@ -447,6 +447,22 @@ impl Comm {
         }))
     }
 
+    /// A communicator of this rank alone (MPI's `MPI_COMM_SELF`), made
+    /// without a message: its context is taken from this rank's own
+    /// counter, which every later `split` it takes part in goes beyond.
+    pub fn self_comm(&self) -> Comm {
+        let me = self.group[self.rank];
+        let next = self.eng.borrow().next_ctx;
+        let ctx = self.eng.borrow_mut().bump_ctx(next);
+        Comm {
+            eng: self.eng.clone(),
+            ctx,
+            rank: 0,
+            group: Rc::from([me]),
+            coll: Default::default(),
+        }
+    }
+
     /// A communicator with the same ranks and a new context.
     pub fn dup(&self) -> Result<Comm> {
         match self

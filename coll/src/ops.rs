@@ -188,6 +188,19 @@ impl ByteReduce {
         }
     }
 
+    /// A reduction given directly on bytes, for callers that know the
+    /// element type only at run time (the MPI C interface): `f(dst, src,
+    /// src_left)` must do what [`ByteReduce::apply`] does. The slices hold
+    /// whole elements of the size the collective is called with. It is
+    /// treated as a user operation: a panic is caught and handed back as
+    /// for [`ReduceOp::User`].
+    pub fn from_fn(f: impl Fn(&mut [u8], &[u8], bool) + 'static) -> ByteReduce {
+        ByteReduce(Kern::User(Rc::new(UserKernel {
+            f: Box::new(f),
+            panic: Default::default(),
+        })))
+    }
+
     #[inline(never)]
     fn apply_user(u: &UserKernel, dst: &mut [u8], src: &[u8], src_left: bool) {
         let f = &u.f;

@@ -143,6 +143,25 @@ impl<'scope> Request<'scope> {
         self.outcome_copy().map(Some)
     }
 
+    /// Cancels a receive that no message has matched yet: it completes at
+    /// once with an empty status and nothing is written into its buffer
+    /// later. False (and no effect) for a send, or a receive that matched
+    /// or completed already.
+    pub fn cancel(&mut self) -> bool {
+        let Some(tok) = self.tok else { return false };
+        let Some(eng) = self.eng.upgrade() else {
+            return false;
+        };
+        let mut e = eng.borrow_mut();
+        e.progress();
+        if !e.cancel_recv(tok) {
+            return false;
+        }
+        self.tok = None;
+        self.outcome = Some(Ok(Status::empty()));
+        true
+    }
+
     /// True once complete (makes progress once).
     pub fn is_complete(&mut self) -> bool {
         !matches!(self.test(), Ok(None))

@@ -1097,6 +1097,29 @@ impl Engine {
         self.st.ops.remove(tok).and_then(|op| op.result)
     }
 
+    /// Withdraws receive `tok` if no message has matched it yet (nothing
+    /// can land in its buffer afterwards); false otherwise.
+    pub fn cancel_recv(&mut self, tok: Token) -> bool {
+        if self.is_done(tok) {
+            return false;
+        }
+        match self.st.ops.get(tok) {
+            Some(Op {
+                kind:
+                    OpKind::Recv {
+                        stage: RecvStage::Posted,
+                        ..
+                    },
+                ..
+            }) => {
+                self.st.matcher.unpost(tok);
+                self.st.ops.remove(tok);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Lets go of operation `tok` of a collective that gave up (a member
     /// failed): `Some(outcome)` when it was done (its error, if any), or
     /// when it could be dropped safely: a receive not matched yet is

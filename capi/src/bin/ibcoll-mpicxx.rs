@@ -1,0 +1,7 @@
+//! `ibcoll-mpicxx`: the C++ compiler with ibcoll's `mpi.h` and library.
+#[path = "../wrapper/mod.rs"]
+mod wrapper;
+
+fn main() {
+    wrapper::run("IBCOLL_MPICXX_CXX", "c++")
+}

@@ -1,0 +1,308 @@
+/* Content checks of ibcoll's MPI C interface: every call's result is
+ * compared with what MPI specifies. Runs on any number of ranks; prints
+ * "api: ok" on rank 0 when every check passed, exits non-zero otherwise. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int rank, size, fails;
+#define CHECK(c, ...) do { if (!(c)) { fails++; fprintf(stderr, "rank %d: %s:%d: check failed: %s: ", rank, __FILE__, __LINE__, #c); fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); } } while (0)
+
+static void myprod(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    int *a = in, *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = a[i] * b[i];
+    (void)dt;
+}
+
+int main(int argc, char **argv) {
+    int provided, flag;
+    MPI_Initialized(&flag);
+    CHECK(!flag, "initialized before init");
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    CHECK(provided == MPI_THREAD_FUNNELED, "provided %d", provided);
+    MPI_Initialized(&flag);
+    CHECK(flag, "not initialized");
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int right = (rank + 1) % size, left = (rank + size - 1) % size;
+
+    /* Point to point: halo exchange with Isend/Irecv/Waitall. */
+    double halo_out[2] = {rank, rank + 0.5}, halo_in[4] = {-1, -1, -1, -1};
+    MPI_Request rq[4];
+    MPI_Status sts[4];
+    MPI_Irecv(&halo_in[0], 2, MPI_DOUBLE, left, 11, MPI_COMM_WORLD, &rq[0]);
+    MPI_Irecv(&halo_in[2], 2, MPI_DOUBLE, right, 12, MPI_COMM_WORLD, &rq[1]);
+    MPI_Isend(halo_out, 2, MPI_DOUBLE, right, 11, MPI_COMM_WORLD, &rq[2]);
+    MPI_Isend(halo_out, 2, MPI_DOUBLE, left, 12, MPI_COMM_WORLD, &rq[3]);
+    MPI_Waitall(4, rq, sts);
+    CHECK(halo_in[0] == left && halo_in[1] == left + 0.5, "halo from left %g", halo_in[0]);
+    CHECK(halo_in[2] == right && halo_in[3] == right + 0.5, "halo from right %g", halo_in[2]);
+    CHECK(sts[0].MPI_SOURCE == left && sts[0].MPI_TAG == 11, "status %d %d", sts[0].MPI_SOURCE, sts[0].MPI_TAG);
+    CHECK(rq[0] == MPI_REQUEST_NULL, "request not nulled");
+
+    /* Persistent requests: one halo exchange set up once, run three times. */
+    {
+        int pout = 0, pin = -1, it;
+        MPI_Request pr[2];
+        MPI_Recv_init(&pin, 1, MPI_INT, left, 13, MPI_COMM_WORLD, &pr[0]);
+        MPI_Send_init(&pout, 1, MPI_INT, right, 13, MPI_COMM_WORLD, &pr[1]);
+        for (it = 0; it < 3; it++) {
+            pout = rank * 10 + it;
+            MPI_Startall(2, pr);
+            MPI_Waitall(2, pr, sts);
+            CHECK(pin == left * 10 + it && sts[0].MPI_SOURCE == left, "persistent round %d got %d", it, pin);
+            CHECK(pr[0] != MPI_REQUEST_NULL, "persistent request kept");
+        }
+        MPI_Status pst; MPI_Wait(&pr[0], &pst); /* inactive: returns at once */
+        CHECK(pst.MPI_SOURCE == MPI_ANY_SOURCE, "inactive wait status %d", pst.MPI_SOURCE);
+        MPI_Request_free(&pr[0]);
+        MPI_Request_free(&pr[1]);
+        CHECK(pr[0] == MPI_REQUEST_NULL && pr[1] == MPI_REQUEST_NULL, "persistent freed");
+    }
+
+    /* ANY_SOURCE receives that read the status; Get_count. */
+    if (rank == 0) {
+        int seen = 0;
+        for (int i = 1; i < size; i++) {
+            int buf[8]; MPI_Status st; int n;
+            MPI_Recv(buf, 8, MPI_INT, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &st);
+            MPI_Get_count(&st, MPI_INT, &n);
+            CHECK(n == (st.MPI_SOURCE < 8 ? st.MPI_SOURCE : 8) && st.MPI_TAG == 100 + st.MPI_SOURCE, "count %d src %d tag %d", n, st.MPI_SOURCE, st.MPI_TAG);
+            for (int k = 0; k < n && k < 8; k++) CHECK(buf[k] == st.MPI_SOURCE * 10 + k, "payload");
+            seen |= 1 << st.MPI_SOURCE;
+        }
+        CHECK(size > 31 || seen == ((1 << size) - 2), "sources %x", seen);
+    } else {
+        int buf[8];
+        for (int k = 0; k < rank && k < 8; k++) buf[k] = rank * 10 + k;
+        MPI_Send(buf, rank < 8 ? rank : 8, MPI_INT, 0, 100 + rank, MPI_COMM_WORLD);
+    }
+    /* Nothing else may meet rank 0's wildcard receives. */
+    MPI_Barrier(MPI_COMM_WORLD);
+
+    /* Sendrecv around the ring; PROC_NULL. */
+    long a = rank, b = -1;
+    MPI_Status st;
+    MPI_Sendrecv(&a, 1, MPI_LONG, right, 3, &b, 1, MPI_LONG, left, 3, MPI_COMM_WORLD, &st);
+    CHECK(b == left && st.MPI_SOURCE == left, "sendrecv %ld", b);
+    MPI_Recv(&b, 1, MPI_LONG, MPI_PROC_NULL, 0, MPI_COMM_WORLD, &st);
+    CHECK(st.MPI_SOURCE == MPI_PROC_NULL && st.MPI_TAG == MPI_ANY_TAG, "proc_null status");
+    MPI_Send(&a, 1, MPI_LONG, MPI_PROC_NULL, 0, MPI_COMM_WORLD);
+
+    /* Probe, Iprobe, Ssend/Rsend, Test loop, Waitany/Waitsome. */
+    if (size > 1) {
+        if (rank == 0) {
+            short v[5] = {1, 2, 3, 4, 5};
+            MPI_Ssend(v, 5, MPI_SHORT, 1, 9, MPI_COMM_WORLD);
+            MPI_Rsend(v, 3, MPI_SHORT, 1, 10, MPI_COMM_WORLD);
+        } else if (rank == 1) {
+            MPI_Probe(0, 9, MPI_COMM_WORLD, &st);
+            int n; MPI_Get_count(&st, MPI_SHORT, &n);
+            CHECK(n == 5 && st.MPI_SOURCE == 0, "probe count %d", n);
+            short v[5]; MPI_Recv(v, 5, MPI_SHORT, 0, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            CHECK(v[4] == 5, "ssend payload");
+            do { MPI_Iprobe(0, 10, MPI_COMM_WORLD, &flag, &st); } while (!flag);
+            MPI_Request r; MPI_Irecv(v, 5, MPI_SHORT, 0, 10, MPI_COMM_WORLD, &r);
+            do { MPI_Test(&r, &flag, &st); } while (!flag);
+            MPI_Get_count(&st, MPI_SHORT, &n);
+            CHECK(n == 3 && v[2] == 3, "rsend count %d", n);
+        }
+        int x[3] = {0, 0, 0}, y[3] = {rank, rank, rank};
+        MPI_Request r3[3];
+        for (int i = 0; i < 3; i++) MPI_Irecv(&x[i], 1, MPI_INT, left, 20 + i, MPI_COMM_WORLD, &r3[i]);
+        for (int i = 2; i >= 0; i--) MPI_Send(&y[i], 1, MPI_INT, right, 20 + i, MPI_COMM_WORLD);
+        int idx, done = 0, outc, ids[3];
+        MPI_Waitany(3, r3, &idx, &st);
+        CHECK(idx >= 0 && idx < 3 && st.MPI_TAG == 20 + idx, "waitany %d", idx);
+        done++;
+        while (done < 3) { MPI_Waitsome(3, r3, &outc, ids, MPI_STATUSES_IGNORE); CHECK(outc != MPI_UNDEFINED, "waitsome"); done += outc; }
+        MPI_Waitany(3, r3, &idx, &st);
+        CHECK(idx == MPI_UNDEFINED, "waitany of nothing %d", idx);
+        CHECK(x[0] == left && x[1] == left && x[2] == left, "waitsome payload");
+    }
+
+    /* Cancel a receive nobody sends to. */
+    {
+        int z; MPI_Request r;
+        MPI_Irecv(&z, 1, MPI_INT, MPI_ANY_SOURCE, 999, MPI_COMM_WORLD, &r);
+        MPI_Cancel(&r);
+        MPI_Wait(&r, &st);
+        MPI_Test_cancelled(&st, &flag);
+        CHECK(flag, "cancelled");
+    }
+
+    /* Collectives with content checks. */
+    int one = rank + 1, sum = 0;
+    MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    CHECK(sum == size * (size + 1) / 2, "allreduce %d", sum);
+    double dv = rank; MPI_Allreduce(MPI_IN_PLACE, &dv, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    CHECK(dv == size - 1, "in-place max %g", dv);
+    struct { double v; int i; } mi = {(rank % 2) ? -1.0 * rank : rank, rank}, mo, ma;
+    MPI_Allreduce(&mi, &mo, 1, MPI_DOUBLE_INT, MPI_MINLOC, MPI_COMM_WORLD);
+    MPI_Allreduce(&mi, &ma, 1, MPI_DOUBLE_INT, MPI_MAXLOC, MPI_COMM_WORLD);
+    {
+        double mn = 1e9, mx = -1e9; int mni = -1, mxi = -1;
+        for (int r = 0; r < size; r++) { double v = (r % 2) ? -1.0 * r : r; if (v < mn) { mn = v; mni = r; } if (v > mx) { mx = v; mxi = r; } }
+        CHECK(mo.v == mn && mo.i == mni, "minloc %g@%d", mo.v, mo.i);
+        CHECK(ma.v == mx && ma.i == mxi, "maxloc %g@%d", ma.v, ma.i);
+    }
+    int ii[2] = {rank % 2, rank}, io[2];
+    MPI_Reduce(ii, io, 1, MPI_2INT, MPI_MAXLOC, 0, MPI_COMM_WORLD);
+    if (rank == 0) CHECK(io[0] == (size > 1) && io[1] == (size > 1 ? 1 : 0), "2int maxloc %d %d", io[0], io[1]);
+    long long tot = rank; MPI_Reduce(rank == 0 ? MPI_IN_PLACE : &tot, &tot, 1, MPI_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+    if (rank == 0) CHECK(tot == (long long)size * (size - 1) / 2, "reduce in place %lld", tot);
+    int band = 0xff ^ (1 << rank % 8), bo; MPI_Allreduce(&band, &bo, 1, MPI_INT, MPI_BAND, MPI_COMM_WORLD);
+    int lx = 1, lxo; MPI_Allreduce(&lx, &lxo, 1, MPI_INT, MPI_LXOR, MPI_COMM_WORLD);
+    CHECK(lxo == (size % 2), "lxor %d", lxo);
+    uint64_t sc = rank + 1, so; MPI_Scan(&sc, &so, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+    CHECK(so == (uint64_t)(rank + 1) * (rank + 2) / 2, "scan %lu", (unsigned long)so);
+    int ex = rank + 1, exo = -7; MPI_Exscan(&ex, &exo, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank > 0) CHECK(exo == rank * (rank + 1) / 2, "exscan %d", exo);
+    MPI_Op prod; MPI_Op_create(myprod, 1, &prod);
+    int pv = 2, po; MPI_Allreduce(&pv, &po, 1, MPI_INT, prod, MPI_COMM_WORLD);
+    CHECK(po == (1 << size), "user op %d", po);
+    MPI_Op_free(&prod);
+    CHECK(prod == MPI_OP_NULL, "op freed");
+
+    char msg[16] = {0}; if (rank == size - 1) strcpy(msg, "broadcast!");
+    MPI_Bcast(msg, 16, MPI_CHAR, size - 1, MPI_COMM_WORLD);
+    CHECK(strcmp(msg, "broadcast!") == 0, "bcast '%s'", msg);
+    int *all = malloc(sizeof(int) * 2 * size), mine2[2] = {rank, -rank};
+    MPI_Allgather(mine2, 2, MPI_INT, all, 2, MPI_INT, MPI_COMM_WORLD);
+    for (int r = 0; r < size; r++) CHECK(all[2 * r] == r && all[2 * r + 1] == -r, "allgather");
+    int *g = malloc(sizeof(int) * size);
+    MPI_Gather(&rank, 1, MPI_INT, g, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (rank == 0) for (int r = 0; r < size; r++) CHECK(g[r] == r, "gather");
+    int got; for (int r = 0; r < size; r++) g[r] = 100 + r;
+    MPI_Scatter(g, 1, MPI_INT, &got, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    CHECK(got == 100 + rank, "scatter %d", got);
+    int *sa = malloc(sizeof(int) * size), *ra = malloc(sizeof(int) * size);
+    for (int r = 0; r < size; r++) sa[r] = rank * 1000 + r;
+    MPI_Alltoall(sa, 1, MPI_INT, ra, 1, MPI_INT, MPI_COMM_WORLD);
+    for (int r = 0; r < size; r++) CHECK(ra[r] == r * 1000 + rank, "alltoall");
+    int *cnt = malloc(sizeof(int) * size), *dis = malloc(sizeof(int) * size), totc = 0;
+    for (int r = 0; r < size; r++) { cnt[r] = r + 1; dis[r] = totc; totc += r + 1; }
+    int *vb = malloc(sizeof(int) * totc), *mv = malloc(sizeof(int) * (rank + 1));
+    for (int k = 0; k <= rank; k++) mv[k] = rank;
+    MPI_Allgatherv(mv, rank + 1, MPI_INT, vb, cnt, dis, MPI_INT, MPI_COMM_WORLD);
+    for (int r = 0; r < size; r++) for (int k = 0; k <= r; k++) CHECK(vb[dis[r] + k] == r, "allgatherv");
+    int *rsc = malloc(sizeof(int) * size), rso = 0;
+    for (int r = 0; r < size; r++) { rsc[r] = 1; sa[r] = r; }
+    MPI_Reduce_scatter(sa, &rso, rsc, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    CHECK(rso == rank * size, "reduce_scatter %d", rso);
+    MPI_Barrier(MPI_COMM_WORLD);
+
+    /* Nonblocking collectives. */
+    {
+        MPI_Request r[3]; int s1 = rank, s2 = 0, b1 = (rank == 0) ? 42 : 0;
+        MPI_Iallreduce(&s1, &s2, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &r[0]);
+        MPI_Ibcast(&b1, 1, MPI_INT, 0, MPI_COMM_WORLD, &r[1]);
+        MPI_Ibarrier(MPI_COMM_WORLD, &r[2]);
+        MPI_Waitall(3, r, MPI_STATUSES_IGNORE);
+        CHECK(s2 == size * (size - 1) / 2 && b1 == 42, "iallreduce %d ibcast %d", s2, b1);
+        MPI_Request q; int *ia = malloc(sizeof(int) * size);
+        MPI_Ialltoall(sa, 1, MPI_INT, ia, 1, MPI_INT, MPI_COMM_WORLD, &q);
+        do { MPI_Test(&q, &flag, MPI_STATUS_IGNORE); } while (!flag);
+        for (int k = 0; k < size; k++) CHECK(ia[k] == rank, "ialltoall");
+        free(ia);
+    }
+
+    /* Communicators and groups. */
+    MPI_Comm half, dup;
+    MPI_Comm_split(MPI_COMM_WORLD, rank % 2, -rank, &half);
+    int hr, hs; MPI_Comm_rank(half, &hr); MPI_Comm_size(half, &hs);
+    CHECK(hs == (size + 1 - rank % 2) / 2, "split size %d", hs);
+    int hsum; MPI_Allreduce(&rank, &hsum, 1, MPI_INT, MPI_SUM, half);
+    int expect = 0; for (int r = rank % 2; r < size; r += 2) expect += r;
+    CHECK(hsum == expect, "split allreduce %d", hsum);
+    CHECK(hr == hs - 1 - rank / 2, "split ordered by key: %d", hr);
+    MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+    int cmp; MPI_Comm_compare(MPI_COMM_WORLD, dup, &cmp);
+    CHECK(cmp == MPI_CONGRUENT, "compare dup %d", cmp);
+    MPI_Comm_compare(dup, dup, &cmp);
+    CHECK(cmp == MPI_IDENT, "compare self %d", cmp);
+    MPI_Group wg, eg; MPI_Comm_group(MPI_COMM_WORLD, &wg);
+    int *evens = malloc(sizeof(int) * size), ne = 0;
+    for (int r = 0; r < size; r += 2) evens[ne++] = r;
+    MPI_Group_incl(wg, ne, evens, &eg);
+    int tr[1] = {0}, to[1]; MPI_Group_translate_ranks(eg, 1, tr, wg, to);
+    CHECK(to[0] == 0, "translate %d", to[0]);
+    MPI_Comm ec; MPI_Comm_create(MPI_COMM_WORLD, eg, &ec);
+    if (rank % 2 == 0) {
+        int er; MPI_Comm_rank(ec, &er); CHECK(er == rank / 2, "comm_create rank %d", er);
+        MPI_Comm_free(&ec);
+    } else CHECK(ec == MPI_COMM_NULL, "not in group");
+    MPI_Group_free(&eg); MPI_Group_free(&wg);
+    MPI_Comm split_undef; MPI_Comm_split(MPI_COMM_WORLD, rank == 0 ? MPI_UNDEFINED : 1, 0, &split_undef);
+    CHECK((rank == 0) == (split_undef == MPI_COMM_NULL), "undefined color");
+    if (split_undef != MPI_COMM_NULL) MPI_Comm_free(&split_undef);
+    MPI_Comm_free(&half); MPI_Comm_free(&dup);
+    CHECK(half == MPI_COMM_NULL, "freed");
+    int sr; MPI_Comm_size(MPI_COMM_SELF, &sr); CHECK(sr == 1, "self size");
+    MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_SELF); CHECK(sum == one, "self allreduce");
+
+    /* Derived types: contiguous and vector (a matrix column). */
+    MPI_Datatype c3, col;
+    MPI_Type_contiguous(3, MPI_FLOAT, &c3); MPI_Type_commit(&c3);
+    int tsz; MPI_Aint lb, ext; MPI_Type_size(c3, &tsz); MPI_Type_get_extent(c3, &lb, &ext);
+    CHECK(tsz == 12 && ext == 12 && lb == 0, "contig size %d extent %ld", tsz, (long)ext);
+    float f3[6] = {0}, fo[6] = {rank, 1, 2, 3, 4, 5};
+    MPI_Sendrecv(fo, 2, c3, right, 5, f3, 2, c3, left, 5, MPI_COMM_WORLD, &st);
+    int n3; MPI_Get_count(&st, c3, &n3);
+    CHECK(f3[0] == left && f3[5] == 5 && n3 == 2, "contig sendrecv %g %d", f3[0], n3);
+    float fs[3] = {rank, 1, 2}, fr[3];
+    MPI_Allreduce(fs, fr, 1, c3, MPI_SUM, MPI_COMM_WORLD);
+    CHECK(fr[0] == size * (size - 1) / 2 && fr[1] == size && fr[2] == 2 * size, "contig allreduce %g", fr[1]);
+    MPI_Type_vector(4, 1, 4, MPI_DOUBLE, &col); MPI_Type_commit(&col);
+    MPI_Type_size(col, &tsz); MPI_Type_get_extent(col, &lb, &ext);
+    CHECK(tsz == 32 && ext == 13 * 8, "vector size %d extent %ld", tsz, (long)ext);
+    double m[16], mc[16];
+    for (int k = 0; k < 16; k++) { m[k] = rank * 100 + k; mc[k] = -1; }
+    MPI_Request vr; MPI_Irecv(&mc[1], 1, col, left, 6, MPI_COMM_WORLD, &vr);
+    MPI_Send(&m[2], 1, col, right, 6, MPI_COMM_WORLD);
+    MPI_Wait(&vr, &st);
+    for (int k = 0; k < 16; k++) CHECK(mc[k] == ((k % 4 == 1) ? left * 100 + k + 1 : -1), "vector column %d: %g", k, mc[k]);
+    MPI_Type_free(&c3); MPI_Type_free(&col);
+    CHECK(c3 == MPI_DATATYPE_NULL, "type freed");
+    MPI_Type_size(MPI_DOUBLE_INT, &tsz); CHECK(tsz == 12, "double_int size %d", tsz);
+
+    /* Errors: MPI_ERRORS_RETURN gives classes and messages. */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int cls, rc, len; char es[MPI_MAX_ERROR_STRING];
+    rc = MPI_Send(&a, 1, MPI_LONG, size, 0, MPI_COMM_WORLD); MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_RANK, "bad rank class %d", cls);
+    MPI_Error_string(rc, es, &len);
+    CHECK(strstr(es, "MPI_Send") && strstr(es, "rank"), "message '%s'", es);
+    rc = MPI_Send(&a, -1, MPI_LONG, 0, 0, MPI_COMM_WORLD); MPI_Error_class(rc, &cls); CHECK(cls == MPI_ERR_COUNT, "count %d", cls);
+    rc = MPI_Send(&a, 1, MPI_LONG, 0, -5, MPI_COMM_WORLD); MPI_Error_class(rc, &cls); CHECK(cls == MPI_ERR_TAG, "tag %d", cls);
+    rc = MPI_Send(NULL, 3, MPI_LONG, 0, 0, MPI_COMM_WORLD); MPI_Error_class(rc, &cls); CHECK(cls == MPI_ERR_BUFFER, "buffer %d", cls);
+    rc = MPI_Send(&a, 1, (MPI_Datatype)0x1234, 0, 0, MPI_COMM_WORLD); MPI_Error_class(rc, &cls); CHECK(cls == MPI_ERR_TYPE, "type %d", cls);
+    rc = MPI_Send(&a, 1, MPI_LONG, 0, 0, (MPI_Comm)0x777); MPI_Error_class(rc, &cls); CHECK(cls == MPI_ERR_COMM, "comm %d", cls);
+    rc = MPI_Bcast(&a, 1, MPI_LONG, size + 3, MPI_COMM_WORLD); MPI_Error_class(rc, &cls); CHECK(cls == MPI_ERR_ROOT, "root %d", cls);
+    rc = MPI_Allreduce(&dv, &dv, 1, MPI_DOUBLE, MPI_BAND, MPI_COMM_WORLD); MPI_Error_class(rc, &cls); CHECK(cls == MPI_ERR_OP, "op %d", cls);
+    rc = MPI_Win_free(NULL); MPI_Error_class(rc, &cls); CHECK(cls == MPI_ERR_UNSUPPORTED_OPERATION, "unsupported %d", cls);
+    if (size > 1) {
+        char big[64] = {0}, small[8];
+        if (rank == 0) MPI_Send(big, 64, MPI_CHAR, 1, 77, MPI_COMM_WORLD);
+        if (rank == 1) {
+            rc = MPI_Recv(small, 8, MPI_CHAR, 0, 77, MPI_COMM_WORLD, &st); MPI_Error_class(rc, &cls);
+            CHECK(cls == MPI_ERR_TRUNCATE && st.MPI_SOURCE == 0 && st.MPI_TAG == 77, "truncate %d", cls);
+        }
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+
+    /* Environment. */
+    char name[MPI_MAX_PROCESSOR_NAME]; MPI_Get_processor_name(name, &len); CHECK(len > 0, "processor name");
+    int v, sv; MPI_Get_version(&v, &sv); CHECK(v == 3, "version");
+    double t0 = MPI_Wtime(), t1 = MPI_Wtime(); CHECK(t1 >= t0 && MPI_Wtick() > 0, "wtime");
+    void *mem; MPI_Alloc_mem(1024, MPI_INFO_NULL, &mem); memset(mem, 1, 1024); MPI_Free_mem(mem);
+    MPI_Pcontrol(1);
+    int *tub; MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tub, &flag); CHECK(flag && *tub >= 32767, "tag_ub");
+
+    int total_fails; MPI_Allreduce(&fails, &total_fails, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0) printf(total_fails ? "api: %d checks FAILED\n" : "api: ok\n", total_fails);
+    MPI_Finalize();
+    MPI_Finalized(&flag);
+    return (total_fails || !flag) ? 1 : 0;
+}
