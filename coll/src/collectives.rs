@@ -43,6 +43,7 @@ use std::marker::PhantomData;
 use std::rc::{Rc, Weak};
 
 use crate::algorithms::{find, node_groups, prefix, Args, Collective};
+use crate::check::{self, Sig, Verdict};
 use crate::comm::Comm;
 use crate::datatype::{as_bytes, as_bytes_mut, Datatype};
 use crate::engine::cell::{EngineCell, EngineMut};
@@ -180,6 +181,8 @@ fn finalized(r: &RefCell<Run>) -> Error {
 #[derive(Default)]
 struct CommInfo {
     seq: u32,
+    /// Collectives checked so far (`IBCOLL_CHECK`).
+    checks: u64,
 }
 
 /// What a communicator's collectives learn about its group on first use.
@@ -220,6 +223,11 @@ thread_local! {
 /// Tags below this are used by `split` and friends.
 const TAG_BASE: i32 = 16;
 
+/// Tags of the signature exchanges (`IBCOLL_CHECK`): above every
+/// collective's tag (`TAG_BASE` plus a 29-bit sequence), so an exchange
+/// never matches a collective's messages.
+const TAG_CHECK: i32 = TAG_BASE + (1 << 29);
+
 /// One call, described for the algorithms. The v-layouts borrow the
 /// caller's arrays (a blocking call copies nothing); a schedule copies them
 /// into its `Args`. Empty where this rank does not know them (a gatherv or
@@ -240,6 +248,10 @@ struct Spec<'c> {
     /// are made only when a schedule needs them).
     uniform: bool,
     bytes: usize,
+    /// Reduction operation (`check::op_code`; 0: none) and element type,
+    /// for the signature exchange of `IBCOLL_CHECK`.
+    rop: u8,
+    rty: &'static str,
 }
 
 impl<'c> Spec<'c> {
@@ -257,6 +269,8 @@ impl<'c> Spec<'c> {
             canonical: false,
             uniform: false,
             bytes: count * esize,
+            rop: 0,
+            rty: "",
         }
     }
 
@@ -426,28 +440,8 @@ impl Comm {
         } else {
             let mine = [self.node_id() as u64];
             let mut all = vec![0u64; n];
-            let spec = Spec::new(Collective::Allgather, 8, 1).uniform();
-            let args = self.args(&spec, "ring", &[], 65536, 8);
-            let sched = (find(Collective::Allgather, "ring").and_then(|a| a.schedule()))
-                .map(|b| b(&args))
-                .unwrap_or_default();
             let tag = self.next_tag();
-            let send = as_bytes(&mine);
-            let recv = as_bytes_mut(&mut all);
-            // SAFETY: `send` and `recv` outlive the blocking run below.
-            let mut r = unsafe {
-                Run::new(
-                    sched,
-                    send.as_ptr(),
-                    send.len(),
-                    recv.as_mut_ptr(),
-                    recv.len(),
-                    None,
-                    self.wire(tag),
-                    Op::Collective(Collective::Allgather),
-                )
-            }?;
-            run::run_blocking(&mut self.eng.borrow_mut(), &mut r)?;
+            self.allgather_internal(as_bytes(&mine), as_bytes_mut(&mut all), tag)?;
             all.iter().map(|&x| x as usize).collect()
         };
         let ppn = node_groups(&nodes, n)
@@ -457,6 +451,122 @@ impl Comm {
             .unwrap_or(1);
         let fast = fastpath::eligible(&self.eng.borrow(), &self.group).map(Into::into);
         Ok(self.coll.get_or_init(|| CollInfo { nodes, ppn, fast }))
+    }
+
+    /// Ring allgather of `send` (one block of every rank) into `recv`, on
+    /// the internal context with tag `tag`, blocking.
+    fn allgather_internal(&self, send: &[u8], recv: &mut [u8], tag: i32) -> Result<()> {
+        let spec = Spec::new(Collective::Allgather, send.len().max(1), 1).uniform();
+        let args = self.args(&spec, "ring", &[], 65536, 8);
+        let sched = (find(Collective::Allgather, "ring").and_then(|a| a.schedule()))
+            .map(|b| b(&args))
+            .unwrap_or_default();
+        // SAFETY: `send` and `recv` outlive the blocking run below.
+        let mut r = unsafe {
+            Run::new(
+                sched,
+                send.as_ptr(),
+                send.len(),
+                recv.as_mut_ptr(),
+                recv.len(),
+                None,
+                self.wire(tag),
+                Op::Collective(Collective::Allgather),
+            )
+        }?;
+        run::run_blocking(&mut self.eng.borrow_mut(), &mut r)
+    }
+
+    /// The number of this call among the communicator's checked
+    /// collectives.
+    fn next_check(&self) -> u64 {
+        COMMS.with(|m| {
+            let mut m = m.borrow_mut();
+            let info = m.entry(self.ctx + 1).or_default();
+            let c = info.checks;
+            info.checks += 1;
+            c
+        })
+    }
+
+    /// `IBCOLL_CHECK`: exchanges the signature of call `s` with every rank
+    /// of the communicator and fails it (on every rank alike) when they
+    /// disagree.
+    #[cold]
+    #[inline(never)]
+    fn check_call(&self, s: &Spec<'_>, nb: bool) -> Result<()> {
+        let n = self.size();
+        let op = Op::Collective(s.coll);
+        let call = self.next_check();
+        if n == 1 {
+            return Ok(());
+        }
+        let me = self.rank();
+        let layout = match s.coll {
+            Collective::Gatherv | Collective::Scatterv if me == s.root => Some(s.counts),
+            Collective::Allgatherv | Collective::ReduceScatter => Some(s.counts),
+            _ => None,
+        };
+        let sig = Sig {
+            coll: s.coll,
+            call,
+            nb,
+            root: s.root as u64,
+            bytes: (s.count * s.esize) as u64,
+            rop: s.rop,
+            rty: check::type_field(s.rty),
+            layout: layout.map(|c| check::layout_hash(c, s.esize)),
+        };
+        let tag = TAG_CHECK + (call % (1 << 29)) as i32;
+        let mut all = vec![0u8; n * check::RECORD];
+        self.allgather_internal(&sig.encode(), &mut all, tag)
+            .map_err(|e| e.with_op(op))?;
+        let recs: Vec<Sig> = all
+            .chunks(check::RECORD)
+            .enumerate()
+            .map(|(i, r)| {
+                Sig::decode(r).ok_or_else(|| Error::Protocol {
+                    rank: self.world_rank(me).unwrap_or(0),
+                    peer: self.group[i],
+                    detail: "unreadable collective signature".into(),
+                })
+            })
+            .collect::<Result<_>>()?;
+        let wme = self.world_rank(me).unwrap_or(0);
+        match check::verify(&recs, &self.group, wme, op) {
+            Verdict::Agree => Ok(()),
+            Verdict::Mismatch(e) => Err(e),
+            Verdict::Layout => {
+                // Every rank saw the same records, so every rank is here:
+                // a second exchange says which entry is wrong.
+                let owns: Vec<u64> = recs.iter().map(|r| r.bytes).collect();
+                let d = layout.and_then(|c| check::layout_detail(c, s.esize, &owns));
+                let mut rec = [0u8; 24];
+                if let Some((i, v)) = d {
+                    rec[0] = 1;
+                    rec[8..16].copy_from_slice(&i.to_le_bytes());
+                    rec[16..24].copy_from_slice(&v.to_le_bytes());
+                }
+                let mut all = vec![0u8; n * 24];
+                self.allgather_internal(&rec, &mut all, tag)
+                    .map_err(|e| e.with_op(op))?;
+                let u = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or_default());
+                let details: Vec<Option<(u64, u64)>> = all
+                    .chunks(24)
+                    .map(|r| (r[0] != 0).then(|| (u(&r[8..16]), u(&r[16..24]))))
+                    .collect();
+                Err(
+                    check::layout_error(&details, &owns, call, &self.group, wme, op)
+                        .unwrap_or_else(|| {
+                            self.coll_err(
+                                s.coll,
+                                "ranks disagree on the block sizes (hash), but none found which"
+                                    .into(),
+                            )
+                        }),
+                )
+            }
+        }
     }
 
     fn wire(&self, tag: i32) -> Wire {
@@ -574,6 +684,9 @@ impl Comm {
             Ok(c) => c,
             Err(_) => return call.map(|_| ()),
         };
+        if self.eng.borrow().cfg.check {
+            self.check_call(&c.spec, false)?;
+        }
         let info = self.coll_info(c.spec.coll)?;
         let s = &c.spec;
         let op = Op::Collective(s.coll);
@@ -698,6 +811,9 @@ impl Comm {
         if let Some(x) = self.eng.borrow().poison_err(op) {
             return Err(x);
         }
+        if self.eng.borrow().cfg.check {
+            self.check_call(&c.spec, true)?;
+        }
         let info = self.coll_info(c.spec.coll)?;
         let choice = select::choose(c.spec.coll, self.size(), info.ppn, c.spec.bytes, false)
             .map_err(|e| e.with_op(op))?;
@@ -796,6 +912,8 @@ impl Comm {
         let mut s = Spec::new(c, esize, count);
         s.root = root;
         s.in_place = send.is_none();
+        s.rop = check::op_code(&op);
+        s.rty = T::NAME;
         let recv_b = if needs_recv {
             as_bytes_mut(recv)
         } else {
@@ -989,6 +1107,8 @@ impl Comm {
         }
         s.canonical = true;
         s.in_place = send.is_none();
+        s.rop = check::op_code(&op);
+        s.rty = T::NAME;
         self.prepare(
             s,
             send.map_or(&[][..], as_bytes),
