@@ -736,8 +736,41 @@ impl Comm {
                     }
                 }
             }
+        } else if let Some(locals) = &info.fast {
+            self.announce_schedule(locals, s.coll, s.bytes)?;
         }
         self.block_slow(call, choice, &info.nodes)
+    }
+
+    /// A blocking call on a communicator that qualifies for the fast paths
+    /// but runs a schedule: says so in the slots, so that a member whose
+    /// arguments made it take the fast path fails instead of hanging (see
+    /// `FastCall::announce_schedule`). Costs one slot publication and
+    /// wait per call, beside a schedule of at least a slot's worth of data.
+    #[cold]
+    #[inline(never)]
+    fn announce_schedule(&self, locals: &[usize], coll: Collective, bytes: usize) -> Result<()> {
+        let op = Op::Collective(coll);
+        let mut e = self.eng.borrow_mut();
+        if let Some(x) = e.poison_err(op) {
+            return Err(x);
+        }
+        let Some(node) = e.node.clone() else {
+            return Ok(());
+        };
+        let Some(area) = FastCall::area(&e, &node) else {
+            return Ok(());
+        };
+        let mut f = FastCall::begin(
+            &mut e,
+            area,
+            self.rank(),
+            locals,
+            &self.group,
+            self.ctx + 1,
+            op,
+        );
+        f.announce_schedule(bytes).map_err(|x| x.with_op(op))
     }
 
     /// The fast path of a collective with a user reduction: once it is

@@ -69,6 +69,21 @@ fn allreduce_4_vs_100000_doubles_is_a_mismatch() {
 }
 
 #[test]
+fn allreduce_count_mismatch_on_one_node_fails_without_ibcoll_check() {
+    // Rank 0 takes the shared-memory fast path, the others a schedule: the
+    // schedule's announcement in the slots makes both sides fail.
+    for n in 2..=5 {
+        expect_all(
+            n,
+            1,
+            &[],
+            &["allreduce4"],
+            &["allreduce", "shared-memory decision", "32 bytes", "800000"],
+        );
+    }
+}
+
+#[test]
 fn bcast_with_different_roots_is_a_mismatch() {
     for nodes in [1, 2] {
         expect_all(
