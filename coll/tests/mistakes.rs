@@ -194,3 +194,39 @@ fn every_collective_mismatch_fails_every_rank_part_2() {
 fn every_collective_mismatch_fails_every_rank_part_3() {
     cases(2, 3);
 }
+
+#[test]
+fn a_rank_that_left_is_named_by_the_watchdog_across_nodes() {
+    let t = expect_from(
+        3,
+        2,
+        2,
+        &["IBCOLL_HANG_TIMEOUT=2"],
+        &["leave"],
+        &["allreduce"],
+    );
+    // The rank whose wait involves rank 2 reports it; the other may see
+    // that one finalize first (PeerLost).
+    assert!(t.contains("rank 2 is finalizing"), "{t}");
+}
+
+#[test]
+fn the_watchdog_names_a_rank_sleeping_in_user_code() {
+    // The last rank sleeps 8 s; the others' barrier fires its watchdog
+    // after 2 s (shared-memory fast path on one node, a schedule over tcp).
+    for (n, nodes) in [(2, 1), (3, 1), (2, 2), (3, 2)] {
+        let last = format!("rank {} is not waiting in ibcoll (in user code", n - 1);
+        expect_from(
+            n,
+            n - 1,
+            nodes,
+            &["IBCOLL_HANG_TIMEOUT=2"],
+            &["sleep", "8"],
+            &[
+                "barrier: no progress for 2 s",
+                "is waiting in barrier",
+                &last,
+            ],
+        );
+    }
+}

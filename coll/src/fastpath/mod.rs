@@ -416,13 +416,17 @@ impl<'a> FastCall<'a> {
             let w = self.group[r];
             let group = self.group;
             self.e.watch = Some(w);
-            self.e.wait_with(b, |e| {
+            let hung = self.e.wait_watched(b, |e| {
                 done()
                     || !matches!(e.health_of(w), Health::Open)
                     || e.failed_member(group).is_some()
             });
             self.e.watch = None;
             if !done() {
+                if let Some(waited) = hung {
+                    let what = format!("shared-memory call {}", self.k);
+                    return Err(self.e.hang_error(self.op, &what, &[w], waited));
+                }
                 return Err(self.lost(w));
             }
         }
