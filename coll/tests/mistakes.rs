@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{run_job, text};
+use common::{run_job, run_job_ok, text};
 
 /// Seconds any one of these jobs may take (it is killed after that: a
 /// hang fails the test, it does not stall it).
@@ -228,5 +228,19 @@ fn the_watchdog_names_a_rank_sleeping_in_user_code() {
                 &last,
             ],
         );
+    }
+}
+
+#[test]
+fn correct_programs_pass_under_ibcoll_check() {
+    // No false alarm: every collective, form and root of coll_check.
+    for (n, nodes) in [("3", "1"), ("4", "2")] {
+        let out = run_job_ok(
+            240,
+            &["-n", n, "--nodes", nodes, "-x", "IBCOLL_CHECK=1"],
+            "coll_check",
+            &["quick"],
+        );
+        assert!(out.contains("coll_check: all ok"), "{out}");
     }
 }
