@@ -19,6 +19,43 @@ const OPS: [&str; 11] = [
     "", "sum", "prod", "min", "max", "band", "bor", "bxor", "land", "lor", "user",
 ];
 
+/// Element types of reductions by code (0: none).
+const TYPES: [&str; 14] = [
+    "u8", "i8", "u16", "i16", "u32", "i32", "u64", "i64", "u128", "i128", "usize", "isize", "f32",
+    "f64",
+];
+
+/// The code of the element type named `name` (a `Datatype::NAME`): its
+/// position in [`TYPES`] plus one, 0 for none; a constant, so a call
+/// carries one byte for it.
+pub(crate) const fn type_code(name: &str) -> u8 {
+    let n = name.as_bytes();
+    let mut i = 0;
+    while i < TYPES.len() {
+        let t = TYPES[i].as_bytes();
+        if t.len() == n.len() {
+            let mut j = 0;
+            while j < t.len() && t[j] == n[j] {
+                j += 1;
+            }
+            if j == t.len() {
+                return i as u8 + 1;
+            }
+        }
+        i += 1;
+    }
+    0
+}
+
+/// The name of type code `code` ("" for none).
+pub(crate) fn type_name_of(code: u8) -> &'static str {
+    (code as usize)
+        .checked_sub(1)
+        .and_then(|i| TYPES.get(i))
+        .copied()
+        .unwrap_or("")
+}
+
 /// The code of `op` in [`OPS`].
 #[inline]
 pub(crate) fn op_code<T>(op: &ReduceOp<T>) -> u8 {
@@ -277,6 +314,10 @@ mod tests {
         s.layout = Some(7);
         assert_eq!(Sig::decode(&s.encode()), Some(s.clone()));
         assert_eq!(s.type_name(), "f64");
+        for t in TYPES {
+            assert_eq!(type_name_of(type_code(t)), t);
+        }
+        assert_eq!(type_code("f16"), 0);
     }
 
     #[test]

@@ -248,10 +248,11 @@ struct Spec<'c> {
     /// are made only when a schedule needs them).
     uniform: bool,
     bytes: usize,
-    /// Reduction operation (`check::op_code`; 0: none) and element type,
-    /// for the signature exchange of `IBCOLL_CHECK`.
+    /// Reduction operation (`check::op_code`) and element type
+    /// (`check::type_code`), 0 for none, for the signature exchange of
+    /// `IBCOLL_CHECK`.
     rop: u8,
-    rty: &'static str,
+    rty: u8,
 }
 
 impl<'c> Spec<'c> {
@@ -270,7 +271,7 @@ impl<'c> Spec<'c> {
             uniform: false,
             bytes: count * esize,
             rop: 0,
-            rty: "",
+            rty: 0,
         }
     }
 
@@ -514,7 +515,7 @@ impl Comm {
             root: s.root as u64,
             bytes: (s.count * s.esize) as u64,
             rop: s.rop,
-            rty: check::type_field(s.rty),
+            rty: check::type_field(check::type_name_of(s.rty)),
             layout: layout.map(|c| check::layout_hash(c, s.esize)),
         };
         let tag = TAG_CHECK + (call % (1 << 29)) as i32;
@@ -684,10 +685,14 @@ impl Comm {
             Ok(c) => c,
             Err(_) => return call.map(|_| ()),
         };
-        if self.eng.borrow().cfg.check {
+        let info = self.coll_info(c.spec.coll)?;
+        let (check, shm_bytes) = {
+            let e = self.eng.borrow();
+            (e.cfg.check, e.cfg.shm_coll_bytes)
+        };
+        if check {
             self.check_call(&c.spec, false)?;
         }
-        let info = self.coll_info(c.spec.coll)?;
         let s = &c.spec;
         let op = Op::Collective(s.coll);
         let io = FastIo {
@@ -707,9 +712,8 @@ impl Comm {
             recv_len: c.recv_len,
             reduce: c.reduce.as_ref(),
         };
-        let fast_ok = info.fast.is_some()
-            && fastpath::bytes_needed(s.coll, &io, self.size())
-                <= self.eng.borrow().cfg.shm_coll_bytes;
+        let fast_ok =
+            info.fast.is_some() && fastpath::bytes_needed(s.coll, &io, self.size()) <= shm_bytes;
         let (choice, shm) = select::choose_marked(s.coll, self.size(), info.ppn, s.bytes, fast_ok)
             .map_err(|e| e.with_op(op))?;
         if shm {
@@ -946,7 +950,7 @@ impl Comm {
         s.root = root;
         s.in_place = send.is_none();
         s.rop = check::op_code(&op);
-        s.rty = T::NAME;
+        s.rty = const { check::type_code(T::NAME) };
         let recv_b = if needs_recv {
             as_bytes_mut(recv)
         } else {
@@ -1141,7 +1145,7 @@ impl Comm {
         s.canonical = true;
         s.in_place = send.is_none();
         s.rop = check::op_code(&op);
-        s.rty = T::NAME;
+        s.rty = const { check::type_code(T::NAME) };
         self.prepare(
             s,
             send.map_or(&[][..], as_bytes),
