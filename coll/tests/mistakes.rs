@@ -244,3 +244,24 @@ fn correct_programs_pass_under_ibcoll_check() {
         assert!(out.contains("coll_check: all ok"), "{out}");
     }
 }
+
+#[test]
+fn the_watchdog_aborts_the_job_when_told_to() {
+    let o = run_job(
+        BOUND,
+        &[
+            "-n",
+            "2",
+            "-x",
+            "IBCOLL_HANG_TIMEOUT=1",
+            "-x",
+            "IBCOLL_HANG_ACTION=abort",
+        ],
+        "mistakes",
+        &["sleep", "6"],
+    );
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(t.contains("called abort with exit code 70"), "{t}");
+    assert!(t.contains("rank 1 is not waiting in ibcoll"), "{t}");
+}
