@@ -9,7 +9,9 @@
 //! the keys of the ranks it waits for, for a bounded grace period. A rank
 //! that also waits in ibcoll fires its own watchdog and says so; one that
 //! never does is not waiting in ibcoll (it is in user code, or stuck
-//! outside ibcoll). Nothing is published while no watchdog fires, so the
+//! outside ibcoll). A state names the ranks its rank waits for, and the
+//! report follows them (a chain of waits ends at the rank that is not in
+//! ibcoll), up to 16 ranks. Nothing is published while no watchdog fires, so the
 //! fast paths pay nothing, and it works the same for local and remote
 //! peers.
 
@@ -77,25 +79,52 @@ impl Engine {
         let mut ranks: Vec<usize> = waiting_for.iter().copied().filter(|&r| r != me).collect();
         ranks.sort_unstable();
         ranks.dedup();
-        let shown = &ranks[..ranks.len().min(REPORT_MAX)];
         let mine = format!(
             "waiting in {op} ({what}) for {} for {:.1} s",
             list(&ranks),
             waited.as_secs_f64()
         );
+        // The ranks to describe: those waited for, then (a rank that waits
+        // in turn says for whom) the ones they wait for, up to REPORT_MAX.
+        let mut shown: Vec<usize> = ranks.iter().copied().take(REPORT_MAX).collect();
         let mut states: Vec<Option<String>> = vec![None; shown.len()];
         if let Some(p) = self.pmi.as_mut() {
             if !self.hang_published {
-                // One state per process: the first wait that fires.
-                let _ = p.put_raw(&key(me), &wire_safe(&mine));
+                // One state per process: the first wait that fires. The
+                // ranks it waits for follow a '|', for the readers.
+                let v = format!(
+                    "{}|{}",
+                    wire_safe(&mine),
+                    ranks
+                        .iter()
+                        .map(|r| r.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                );
+                let _ = p.put_raw(&key(me), &v);
                 self.hang_published = true;
             }
             let until = Instant::now() + GRACE.min(self.cfg.hang_timeout.unwrap_or(GRACE));
             loop {
-                for (i, &r) in shown.iter().enumerate() {
+                let mut i = 0;
+                while i < shown.len() {
                     if states[i].is_none() {
-                        states[i] = p.get_raw(&key(r)).ok().flatten();
+                        states[i] = p.get_raw(&key(shown[i])).ok().flatten();
+                        let next: Vec<usize> = states[i]
+                            .as_deref()
+                            .and_then(|v| v.split_once('|'))
+                            .into_iter()
+                            .flat_map(|(_, l)| l.split(','))
+                            .filter_map(|r| r.parse().ok())
+                            .collect();
+                        for r in next {
+                            if r != me && !shown.contains(&r) && shown.len() < REPORT_MAX {
+                                shown.push(r);
+                                states.push(None);
+                            }
+                        }
                     }
+                    i += 1;
                 }
                 if states.iter().all(Option::is_some) || Instant::now() >= until {
                     break;
@@ -106,14 +135,17 @@ impl Engine {
         let mut report = format!("rank {me} is {mine}");
         for (&r, s) in shown.iter().zip(&states) {
             match s {
-                Some(v) => report.push_str(&format!("; rank {r} is {}", v.replace('_', " "))),
+                Some(v) => {
+                    let text = v.split_once('|').map_or(v.as_str(), |(t, _)| t);
+                    report.push_str(&format!("; rank {r} is {}", text.replace('_', " ")))
+                }
                 None => report.push_str(&format!(
                     "; rank {r} is not waiting in ibcoll (in user code, or stuck outside ibcoll)"
                 )),
             }
         }
-        if ranks.len() > shown.len() {
-            report.push_str(&format!("; and {} more", ranks.len() - shown.len()));
+        if ranks.len() > REPORT_MAX {
+            report.push_str(&format!("; and {} more", ranks.len() - REPORT_MAX));
         }
         let err = Error::Hang {
             rank: me,
