@@ -43,6 +43,7 @@ use std::marker::PhantomData;
 use std::rc::{Rc, Weak};
 
 use crate::algorithms::{find, node_groups, prefix, Args, Collective};
+use crate::check::{self, Sig, Verdict};
 use crate::comm::Comm;
 use crate::datatype::{as_bytes, as_bytes_mut, Datatype};
 use crate::engine::cell::{EngineCell, EngineMut};
@@ -182,6 +183,8 @@ fn finalized(r: &RefCell<Run>) -> Error {
 #[derive(Default)]
 struct CommInfo {
     seq: u32,
+    /// Collectives checked so far (`IBCOLL_CHECK`).
+    checks: u64,
 }
 
 /// What a communicator's collectives learn about its group on first use.
@@ -213,6 +216,15 @@ impl std::hash::Hasher for IdHasher {
     }
 }
 
+/// A reduction's signature for `IBCOLL_CHECK`: the op's and the element
+/// type's codes (`check::op_code`, `check::type_code`; 0 where unnamed).
+type OpSig = (u8, u8);
+
+/// The codes of a reduction whose op and type the caller does not name
+/// (the byte-level calls of `raw.rs`): such calls are checked for root,
+/// count and collective, not for op and type.
+const UNNAMED_OP: OpSig = (0, 0);
+
 type CtxMap = HashMap<u32, CommInfo, std::hash::BuildHasherDefault<IdHasher>>;
 
 thread_local! {
@@ -221,6 +233,11 @@ thread_local! {
 
 /// Tags below this are used by `split` and friends.
 const TAG_BASE: i32 = 16;
+
+/// Tags of the signature exchanges (`IBCOLL_CHECK`): above every
+/// collective's tag (`TAG_BASE` plus a 29-bit sequence), so an exchange
+/// never matches a collective's messages.
+const TAG_CHECK: i32 = TAG_BASE + (1 << 29);
 
 /// One call, described for the algorithms. The v-layouts borrow the
 /// caller's arrays (a blocking call copies nothing); a schedule copies them
@@ -242,6 +259,11 @@ struct Spec<'c> {
     /// are made only when a schedule needs them).
     uniform: bool,
     bytes: usize,
+    /// Reduction operation (`check::op_code`) and element type
+    /// (`check::type_code`), 0 for none, for the signature exchange of
+    /// `IBCOLL_CHECK`.
+    rop: u8,
+    rty: u8,
 }
 
 impl<'c> Spec<'c> {
@@ -259,6 +281,8 @@ impl<'c> Spec<'c> {
             canonical: false,
             uniform: false,
             bytes: count * esize,
+            rop: 0,
+            rty: 0,
         }
     }
 
@@ -428,28 +452,8 @@ impl Comm {
         } else {
             let mine = [self.node_id() as u64];
             let mut all = vec![0u64; n];
-            let spec = Spec::new(Collective::Allgather, 8, 1).uniform();
-            let args = self.args(&spec, "ring", &[], 65536, 8);
-            let sched = (find(Collective::Allgather, "ring").and_then(|a| a.schedule()))
-                .map(|b| b(&args))
-                .unwrap_or_default();
             let tag = self.next_tag();
-            let send = as_bytes(&mine);
-            let recv = as_bytes_mut(&mut all);
-            // SAFETY: `send` and `recv` outlive the blocking run below.
-            let mut r = unsafe {
-                Run::new(
-                    sched,
-                    send.as_ptr(),
-                    send.len(),
-                    recv.as_mut_ptr(),
-                    recv.len(),
-                    None,
-                    self.wire(tag),
-                    Op::Collective(Collective::Allgather),
-                )
-            }?;
-            run::run_blocking(&mut self.eng.borrow_mut(), &mut r)?;
+            self.allgather_internal(as_bytes(&mine), as_bytes_mut(&mut all), tag)?;
             all.iter().map(|&x| x as usize).collect()
         };
         let ppn = node_groups(&nodes, n)
@@ -459,6 +463,122 @@ impl Comm {
             .unwrap_or(1);
         let fast = fastpath::eligible(&self.eng.borrow(), &self.group).map(Into::into);
         Ok(self.coll.get_or_init(|| CollInfo { nodes, ppn, fast }))
+    }
+
+    /// Ring allgather of `send` (one block of every rank) into `recv`, on
+    /// the internal context with tag `tag`, blocking.
+    fn allgather_internal(&self, send: &[u8], recv: &mut [u8], tag: i32) -> Result<()> {
+        let spec = Spec::new(Collective::Allgather, send.len().max(1), 1).uniform();
+        let args = self.args(&spec, "ring", &[], 65536, 8);
+        let sched = (find(Collective::Allgather, "ring").and_then(|a| a.schedule()))
+            .map(|b| b(&args))
+            .unwrap_or_default();
+        // SAFETY: `send` and `recv` outlive the blocking run below.
+        let mut r = unsafe {
+            Run::new(
+                sched,
+                send.as_ptr(),
+                send.len(),
+                recv.as_mut_ptr(),
+                recv.len(),
+                None,
+                self.wire(tag),
+                Op::Collective(Collective::Allgather),
+            )
+        }?;
+        run::run_blocking(&mut self.eng.borrow_mut(), &mut r)
+    }
+
+    /// The number of this call among the communicator's checked
+    /// collectives.
+    fn next_check(&self) -> u64 {
+        COMMS.with(|m| {
+            let mut m = m.borrow_mut();
+            let info = m.entry(self.ctx + 1).or_default();
+            let c = info.checks;
+            info.checks += 1;
+            c
+        })
+    }
+
+    /// `IBCOLL_CHECK`: exchanges the signature of call `s` with every rank
+    /// of the communicator and fails it (on every rank alike) when they
+    /// disagree.
+    #[cold]
+    #[inline(never)]
+    fn check_call(&self, s: &Spec<'_>, nb: bool) -> Result<()> {
+        let n = self.size();
+        let op = Op::Collective(s.coll);
+        let call = self.next_check();
+        if n == 1 {
+            return Ok(());
+        }
+        let me = self.rank();
+        let layout = match s.coll {
+            Collective::Gatherv | Collective::Scatterv if me == s.root => Some(s.counts),
+            Collective::Allgatherv | Collective::ReduceScatter => Some(s.counts),
+            _ => None,
+        };
+        let sig = Sig {
+            coll: s.coll,
+            call,
+            nb,
+            root: s.root as u64,
+            bytes: (s.count * s.esize) as u64,
+            rop: s.rop,
+            rty: check::type_field(check::type_name_of(s.rty)),
+            layout: layout.map(|c| check::layout_hash(c, s.esize)),
+        };
+        let tag = TAG_CHECK + (call % (1 << 29)) as i32;
+        let mut all = vec![0u8; n * check::RECORD];
+        self.allgather_internal(&sig.encode(), &mut all, tag)
+            .map_err(|e| e.with_op(op))?;
+        let recs: Vec<Sig> = all
+            .chunks(check::RECORD)
+            .enumerate()
+            .map(|(i, r)| {
+                Sig::decode(r).ok_or_else(|| Error::Protocol {
+                    rank: self.world_rank(me).unwrap_or(0),
+                    peer: self.group[i],
+                    detail: "unreadable collective signature".into(),
+                })
+            })
+            .collect::<Result<_>>()?;
+        let wme = self.world_rank(me).unwrap_or(0);
+        match check::verify(&recs, &self.group, wme, op) {
+            Verdict::Agree => Ok(()),
+            Verdict::Mismatch(e) => Err(e),
+            Verdict::Layout => {
+                // Every rank saw the same records, so every rank is here:
+                // a second exchange says which entry is wrong.
+                let owns: Vec<u64> = recs.iter().map(|r| r.bytes).collect();
+                let d = layout.and_then(|c| check::layout_detail(c, s.esize, &owns));
+                let mut rec = [0u8; 24];
+                if let Some((i, v)) = d {
+                    rec[0] = 1;
+                    rec[8..16].copy_from_slice(&i.to_le_bytes());
+                    rec[16..24].copy_from_slice(&v.to_le_bytes());
+                }
+                let mut all = vec![0u8; n * 24];
+                self.allgather_internal(&rec, &mut all, tag)
+                    .map_err(|e| e.with_op(op))?;
+                let u = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or_default());
+                let details: Vec<Option<(u64, u64)>> = all
+                    .chunks(24)
+                    .map(|r| (r[0] != 0).then(|| (u(&r[8..16]), u(&r[16..24]))))
+                    .collect();
+                Err(
+                    check::layout_error(&details, &owns, call, &self.group, wme, op)
+                        .unwrap_or_else(|| {
+                            self.coll_err(
+                                s.coll,
+                                "ranks disagree on the block sizes (hash), but none found which"
+                                    .into(),
+                            )
+                        }),
+                )
+            }
+        }
     }
 
     fn wire(&self, tag: i32) -> Wire {
@@ -577,6 +697,13 @@ impl Comm {
             Err(_) => return call.map(|_| ()),
         };
         let info = self.coll_info(c.spec.coll)?;
+        let (check, shm_bytes) = {
+            let e = self.eng.borrow();
+            (e.cfg.check, e.cfg.shm_coll_bytes)
+        };
+        if check {
+            self.check_call(&c.spec, false)?;
+        }
         let s = &c.spec;
         let op = Op::Collective(s.coll);
         let io = FastIo {
@@ -596,9 +723,8 @@ impl Comm {
             recv_len: c.recv_len,
             reduce: c.reduce.as_ref(),
         };
-        let fast_ok = info.fast.is_some()
-            && fastpath::bytes_needed(s.coll, &io, self.size())
-                <= self.eng.borrow().cfg.shm_coll_bytes;
+        let fast_ok =
+            info.fast.is_some() && fastpath::bytes_needed(s.coll, &io, self.size()) <= shm_bytes;
         let (choice, shm) = select::choose_marked(s.coll, self.size(), info.ppn, s.bytes, fast_ok)
             .map_err(|e| e.with_op(op))?;
         if shm {
@@ -625,8 +751,41 @@ impl Comm {
                     }
                 }
             }
+        } else if let Some(locals) = &info.fast {
+            self.announce_schedule(locals, s.coll, s.bytes)?;
         }
         self.block_slow(call, choice, &info.nodes)
+    }
+
+    /// A blocking call on a communicator that qualifies for the fast paths
+    /// but runs a schedule: says so in the slots, so that a member whose
+    /// arguments made it take the fast path fails instead of hanging (see
+    /// `FastCall::announce_schedule`). Costs one slot publication and
+    /// wait per call, beside a schedule of at least a slot's worth of data.
+    #[cold]
+    #[inline(never)]
+    fn announce_schedule(&self, locals: &[usize], coll: Collective, bytes: usize) -> Result<()> {
+        let op = Op::Collective(coll);
+        let mut e = self.eng.borrow_mut();
+        if let Some(x) = e.poison_err(op) {
+            return Err(x);
+        }
+        let Some(node) = e.node.clone() else {
+            return Ok(());
+        };
+        let Some(area) = FastCall::area(&e, &node) else {
+            return Ok(());
+        };
+        let mut f = FastCall::begin(
+            &mut e,
+            area,
+            self.rank(),
+            locals,
+            &self.group,
+            self.ctx + 1,
+            op,
+        );
+        f.announce_schedule(bytes).map_err(|x| x.with_op(op))
     }
 
     /// The fast path of a collective with a user reduction: once it is
@@ -699,6 +858,9 @@ impl Comm {
         let op = Op::Collective(c.spec.coll);
         if let Some(x) = self.eng.borrow().poison_err(op) {
             return Err(x);
+        }
+        if self.eng.borrow().cfg.check {
+            self.check_call(&c.spec, true)?;
         }
         let info = self.coll_info(c.spec.coll)?;
         let choice = select::choose(c.spec.coll, self.size(), info.ppn, c.spec.bytes, false)
@@ -785,7 +947,16 @@ impl Comm {
         self.check_op(c, &op)?;
         let esize = std::mem::size_of::<T>();
         let send_b = send.map(as_bytes);
-        self.reduce_like_bytes(c, send_b, as_bytes_mut(recv), esize, byte_reduce(op), root)
+        let sig = (check::op_code(&op), const { check::type_code(T::NAME) });
+        self.reduce_like_bytes(
+            c,
+            send_b,
+            as_bytes_mut(recv),
+            esize,
+            byte_reduce(op),
+            root,
+            sig,
+        )
     }
 
     /// [`Comm::reduce_like`] on bytes: elements of `esize` bytes that
@@ -799,6 +970,7 @@ impl Comm {
         esize: usize,
         reduce: ByteReduce,
         root: usize,
+        sig: OpSig,
     ) -> Result<Call<'b, 'static>> {
         let count = send.map_or(recv.len(), |s| s.len()) / esize;
         let needs_recv = c != Collective::Reduce || self.rank() == root || send.is_none();
@@ -814,6 +986,7 @@ impl Comm {
         let mut s = Spec::new(c, esize, count);
         s.root = root;
         s.in_place = send.is_none();
+        (s.rop, s.rty) = sig;
         let recv_b = if needs_recv { recv } else { &mut [] };
         let send_b = send.unwrap_or(&[]);
         self.prepare(s, send_b, recv_b, Some(reduce))
@@ -963,6 +1136,7 @@ impl Comm {
     ) -> Result<Call<'b, 'c>> {
         self.check_op(c, &op)?;
         let esize = std::mem::size_of::<T>();
+        let sig = (check::op_code(&op), const { check::type_code(T::NAME) });
         self.reduce_scatter_bytes(
             c,
             send.map(as_bytes),
@@ -970,6 +1144,7 @@ impl Comm {
             esize,
             counts,
             byte_reduce(op),
+            sig,
         )
     }
 
@@ -983,6 +1158,7 @@ impl Comm {
         esize: usize,
         counts: Option<(&'c [usize], &'c [usize])>,
         reduce: ByteReduce,
+        sig: OpSig,
     ) -> Result<Call<'b, 'c>> {
         let n = self.size();
         let recv_len = recv.len() / esize;
@@ -1022,6 +1198,7 @@ impl Comm {
         }
         s.canonical = true;
         s.in_place = send.is_none();
+        (s.rop, s.rty) = sig;
         self.prepare(s, send.unwrap_or(&[]), recv, Some(reduce))
     }
 

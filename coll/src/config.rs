@@ -57,6 +57,9 @@ pub const REGISTRY: &[Entry] = &[
     e("IBCOLL_RDMA_RETRY_CNT", "7", "rdma: RC transport retries (0-7) before a send fails with 'transport retry counter exceeded'"),
     e("IBCOLL_RDMA_RNR_RETRY", "7", "rdma: RNR retries (7 = infinite; credits keep receivers from running out of buffers)"),
     e("IBCOLL_RDMA_PID_CHECK", "on", "rdma: also check the pid of peers on the same host (virtual nodes) every IBCOLL_BLOCK_MS; off leaves dead-peer detection to the verbs heartbeat"),
+    e("IBCOLL_CHECK", "0", "1: before every collective the ranks of the communicator exchange its signature (collective, root, bytes per rank, reduction operation and type, call number; one small internal allgather per call) and a disagreement fails every rank with Error::Mismatch naming both ranks and both values; 0: only the checks that cost nothing measurable"),
+    e("IBCOLL_HANG_TIMEOUT", "0", "seconds a blocking collective or wait may wait before the watchdog reports which ranks it waits for and what each is doing (collective and call number, or in user code), then fails with Error::Hang; 0 = off"),
+    e("IBCOLL_HANG_ACTION", "error", "what the watchdog does after its report: error (the call returns Error::Hang) or abort (the job is aborted through the process manager)"),
     e("IBCOLL_TUNING_FILE", "", "collectives: JSON selection table tried before the built-in one (format in docs/COLLECTIVES.md); an unreadable or invalid file is an error at the first collective"),
     e("IBCOLL_BARRIER_ALGORITHM", "auto", "force the barrier algorithm: auto (selection table) or one of dissemination, tree, node_aware, shm (shared-memory fast path: blocking calls on a communicator that is one whole node; others take the table's best schedule)"),
     e("IBCOLL_BCAST_ALGORITHM", "auto", "force the bcast algorithm: auto (selection table) or one of binomial, scatter_allgather, chain, node_aware, shm (shared-memory fast path: blocking calls on a communicator that is one whole node; others take the table's best schedule)"),
@@ -161,6 +164,12 @@ pub struct Config {
     pub tcp_buf_bytes: usize,
     /// Print the `IBCOLL_STATS` line at finalize.
     pub stats: bool,
+    /// Exchange every collective's signature first (`IBCOLL_CHECK`).
+    pub check: bool,
+    /// Watchdog bound on one blocking wait (`IBCOLL_HANG_TIMEOUT`).
+    pub hang_timeout: Option<Duration>,
+    /// Abort the job instead of returning `Error::Hang`.
+    pub hang_abort: bool,
     pub rdma: RdmaConfig,
 }
 
@@ -307,6 +316,30 @@ impl Config {
             "1" | "on" | "yes" => true,
             _ => return Err(bad("IBCOLL_STATS", &st, "expected 0 or 1")),
         };
+        let ck = raw("IBCOLL_CHECK");
+        let check = match ck.trim() {
+            "" | "0" | "off" | "no" => false,
+            "1" | "on" | "yes" => true,
+            _ => return Err(bad("IBCOLL_CHECK", &ck, "expected 0 or 1")),
+        };
+        let ht = raw("IBCOLL_HANG_TIMEOUT");
+        let hang_timeout = match ht.trim().parse::<f64>() {
+            Ok(0.0) => None,
+            Ok(x) if x > 0.0 && x < 1e9 => Some(Duration::from_secs_f64(x)),
+            _ => {
+                return Err(bad(
+                    "IBCOLL_HANG_TIMEOUT",
+                    &ht,
+                    "expected seconds (a non-negative number; 0 = off)",
+                ))
+            }
+        };
+        let ha = raw("IBCOLL_HANG_ACTION");
+        let hang_abort = match ha.trim() {
+            "" | "error" => false,
+            "abort" => true,
+            _ => return Err(bad("IBCOLL_HANG_ACTION", &ha, "expected error or abort")),
+        };
         Ok(Config {
             transport,
             eager_limit,
@@ -337,6 +370,9 @@ impl Config {
             tcp_if,
             tcp_buf_bytes: to_usize("IBCOLL_TCP_BUF_BYTES", 1 << 30)?,
             stats,
+            check,
+            hang_timeout,
+            hang_abort,
             rdma: RdmaConfig::from_env()?,
         })
     }

@@ -97,6 +97,35 @@ pub enum Error {
     #[error("rank {rank}: {op}: ibcoll cannot be used any more in this process: {detail}")]
     Poisoned { rank: usize, op: Op, detail: String },
 
+    /// The ranks of a collective call disagree on its signature (which
+    /// collective, root, bytes per rank, reduction operation or type):
+    /// every rank of the call gets this error, naming the same two ranks
+    /// (`a`, `b`, world ranks) and what each passed. `call` counts the
+    /// collectives called on the communicator (from 0).
+    #[error("rank {rank}: {op}: ranks disagree on collective call {call} of the communicator: rank {a} has {what} {a_value}, rank {b} has {what} {b_value}")]
+    Mismatch {
+        rank: usize,
+        op: Op,
+        call: u64,
+        what: String,
+        a: usize,
+        a_value: String,
+        b: usize,
+        b_value: String,
+    },
+
+    /// The watchdog (`IBCOLL_HANG_TIMEOUT`) found a blocking call waiting
+    /// too long; `report` says for which ranks and what each is doing.
+    #[error("rank {rank}: {op}: no progress for {waited_s} s: {report}")]
+    Hang {
+        rank: usize,
+        op: Op,
+        waited_s: u64,
+        /// World ranks this call waits for.
+        waiting_for: Vec<usize>,
+        report: String,
+    },
+
     /// A peer sent bytes that do not follow the protocol.
     #[error("rank {rank}: protocol error from rank {peer}: {detail}")]
     Protocol {
@@ -114,6 +143,8 @@ impl Error {
             | Error::PeerLost { peer, .. }
             | Error::Transport { peer, .. }
             | Error::Protocol { peer, .. } => Some(*peer),
+            Error::Mismatch { rank, a, b, .. } => Some(if rank == a { *b } else { *a }),
+            Error::Hang { waiting_for, .. } => waiting_for.first().copied(),
             _ => None,
         }
     }
@@ -121,6 +152,16 @@ impl Error {
     /// True for [`Error::PeerLost`].
     pub fn is_peer_lost(&self) -> bool {
         matches!(self, Error::PeerLost { .. })
+    }
+
+    /// True for [`Error::Mismatch`].
+    pub fn is_mismatch(&self) -> bool {
+        matches!(self, Error::Mismatch { .. })
+    }
+
+    /// True for [`Error::Hang`].
+    pub fn is_hang(&self) -> bool {
+        matches!(self, Error::Hang { .. })
     }
 
     /// A copy, for reporting one failure to several operations.
@@ -190,6 +231,38 @@ impl Error {
                 op: *op,
                 detail: detail.clone(),
             },
+            Error::Mismatch {
+                rank,
+                op,
+                call,
+                what,
+                a,
+                a_value,
+                b,
+                b_value,
+            } => Error::Mismatch {
+                rank: *rank,
+                op: *op,
+                call: *call,
+                what: what.clone(),
+                a: *a,
+                a_value: a_value.clone(),
+                b: *b,
+                b_value: b_value.clone(),
+            },
+            Error::Hang {
+                rank,
+                op,
+                waited_s,
+                waiting_for,
+                report,
+            } => Error::Hang {
+                rank: *rank,
+                op: *op,
+                waited_s: *waited_s,
+                waiting_for: waiting_for.clone(),
+                report: report.clone(),
+            },
         }
     }
 
@@ -201,7 +274,9 @@ impl Error {
             | Error::InvalidArgument { op, .. }
             | Error::Pmi { op, .. }
             | Error::Transport { op, .. }
-            | Error::Poisoned { op, .. } => *op = new,
+            | Error::Poisoned { op, .. }
+            | Error::Mismatch { op, .. }
+            | Error::Hang { op, .. } => *op = new,
             Error::Config { .. } | Error::Protocol { .. } => {}
         }
         self

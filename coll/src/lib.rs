@@ -21,6 +21,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod algorithms;
+pub(crate) mod check;
 pub mod collectives;
 pub mod comm;
 pub mod config;

@@ -241,6 +241,7 @@ impl Engine {
             last_liveness: Instant::now(),
             any_failed: false,
             watch: None,
+            hang_published: false,
             wake: None,
             fast: super::FastSeq::new(pl.local_size),
             poisoned: None,

@@ -21,6 +21,7 @@ pub(crate) mod ops;
 pub(crate) mod peers;
 pub(crate) mod progress;
 pub(crate) mod stats;
+pub(crate) mod watchdog;
 
 use std::collections::VecDeque;
 use std::rc::Rc;
@@ -694,6 +695,8 @@ pub(crate) struct Engine {
     /// The peer a wait outside the operations (a fast path's flag) depends
     /// on: its liveness is watched like an operation's peer.
     pub(crate) watch: Option<usize>,
+    /// This process has put its state for the hang watchdog.
+    pub(crate) hang_published: bool,
     /// This rank's wake-up FIFO, made on the first block of a rank with both
     /// shm and socket/rdma peers (`Err` once making it failed: such a rank
     /// falls back to bounded doorbell sleeps).

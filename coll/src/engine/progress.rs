@@ -386,6 +386,10 @@ impl Engine {
             // Everyone has flushed once everyone is here; closing sockets
             // before that could reset a connection with data in flight.
             if !failed {
+                // A peer's watchdog then says where this rank went.
+                if self.cfg.hang_timeout.is_some() && !self.hang_published {
+                    super::watchdog::publish_finalizing(&mut pmi, self.rank());
+                }
                 let _ = pmi.fence();
             }
             let _ = pmi.finalize();

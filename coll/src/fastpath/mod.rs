@@ -61,6 +61,12 @@ const ARRIVE_EVERY: u64 = (SLOT_BUFFERS / 2) as u64;
 /// channels on every pass, then yields) takes over.
 const FLAG_SPIN: u32 = 256;
 
+/// Set in a published length that is not data: the member runs this call
+/// as messages (a schedule) with the rest of the value as its bytes per
+/// rank ([`FastCall::announce_schedule`]). A member that took the fast
+/// path reads it and fails instead of waiting for data that never comes.
+pub(crate) const SCHEDULE_MARK: usize = 1 << 62;
+
 /// Local rank of every member when a communicator of `group` (world ranks)
 /// qualifies for the fast paths, else `None`.
 pub(crate) fn eligible(e: &Engine, group: &[usize]) -> Option<Vec<usize>> {
@@ -265,6 +271,56 @@ impl<'a> FastCall<'a> {
         Ok(slot)
     }
 
+    /// Publishes that this rank runs the call as a schedule with `bytes`
+    /// per rank (see [`SCHEDULE_MARK`]), then checks that every member
+    /// does the same with the same bytes: a blocking call on a
+    /// communicator that qualifies for the fast paths, which ranks whose
+    /// arguments differ could otherwise decide differently (one the fast
+    /// path, the others messages: both would wait forever).
+    pub fn announce_schedule(&mut self, bytes: usize) -> Result<()> {
+        self.claim(0)?;
+        self.claimed = SCHEDULE_MARK | bytes;
+        self.publish();
+        for r in 0..self.size() {
+            if r == self.me {
+                continue;
+            }
+            self.wait_seq(r, self.k)?;
+            let got = self.area.header(self.locals[r], self.k).len();
+            if got != SCHEDULE_MARK | bytes {
+                return Err(self.decision_mismatch(r, got, SCHEDULE_MARK | bytes));
+            }
+        }
+        Ok(())
+    }
+
+    /// Member `r` published `got` where this rank's own decision gives
+    /// `mine` (either may carry [`SCHEDULE_MARK`]).
+    #[cold]
+    #[inline(never)]
+    pub fn decision_mismatch(&self, r: usize, got: usize, mine: usize) -> Error {
+        let say = |v: usize| {
+            if v & SCHEDULE_MARK != 0 {
+                format!(
+                    "runs it as messages with {} bytes per rank",
+                    v & !SCHEDULE_MARK
+                )
+            } else {
+                format!("took the shared-memory fast path with {v} bytes")
+            }
+        };
+        Error::Mismatch {
+            rank: self.e.rank(),
+            op: self.op,
+            call: self.k,
+            what: "shared-memory decision".into(),
+            a: self.e.rank(),
+            a_value: format!("\"{}\"", say(mine)),
+            b: self.group[r],
+            b_value: format!("\"{}\"", say(got)),
+        }
+    }
+
     /// Claims and publishes this rank's arrival without data.
     pub fn arrive(&mut self) -> Result<()> {
         self.claim(0)?;
@@ -312,7 +368,11 @@ impl<'a> FastCall<'a> {
     pub fn publication_of(&mut self, r: usize) -> Result<(*const u8, usize)> {
         self.wait_seq(r, self.k)?;
         let l = self.locals[r];
-        let len = self.area.header(l, self.k).len().min(self.area.capacity());
+        let len = self.area.header(l, self.k).len();
+        if len & SCHEDULE_MARK != 0 {
+            return Err(self.decision_mismatch(r, len, self.claimed));
+        }
+        let len = len.min(self.area.capacity());
         Ok((self.area.data(l, self.k, len), len))
     }
 
@@ -356,13 +416,17 @@ impl<'a> FastCall<'a> {
             let w = self.group[r];
             let group = self.group;
             self.e.watch = Some(w);
-            self.e.wait_with(b, |e| {
+            let hung = self.e.wait_watched(b, |e| {
                 done()
                     || !matches!(e.health_of(w), Health::Open)
                     || e.failed_member(group).is_some()
             });
             self.e.watch = None;
             if !done() {
+                if let Some(waited) = hung {
+                    let what = format!("shared-memory call {}", self.k);
+                    return Err(self.e.hang_error(self.op, &what, &[w], waited));
+                }
                 return Err(self.lost(w));
             }
         }

@@ -173,6 +173,42 @@ impl Run {
         self.done
     }
 
+    /// The watchdog fired while this run waited `waited` for its round:
+    /// the run fails with the report and gives up what it can (then it
+    /// waits only for data already moving, like [`Run::cancel`]).
+    pub fn hung(&mut self, e: &mut Engine, waited: std::time::Duration) {
+        if self.done || self.aborting {
+            return;
+        }
+        let mut peers: Vec<usize> = self
+            .sched
+            .rounds
+            .get(self.round)
+            .into_iter()
+            .flatten()
+            .filter_map(|s| match s {
+                Step::Send { peer, .. } | Step::Recv { peer, .. } => self.group.get(*peer).copied(),
+                _ => None,
+            })
+            .collect();
+        if peers.is_empty() {
+            peers = self.group.to_vec();
+        }
+        let what = format!(
+            "call with tag {}, round {} of {}",
+            self.tag,
+            self.round + 1,
+            self.sched.rounds.len()
+        );
+        let err = e.hang_error(self.op, &what, &peers, waited);
+        self.record(err);
+        if !self.sentinel_posted {
+            self.done = true;
+            return;
+        }
+        self.abort(e);
+    }
+
     /// The outcome, once done.
     pub fn take_result(&mut self) -> Result<()> {
         match self.err.take() {
@@ -618,7 +654,9 @@ pub(crate) fn run_blocking(e: &mut Engine, run: &mut Run) -> Result<()> {
         if run.is_done() {
             return run.take_result();
         }
-        e.wait_until(|e| run.round_ready(e));
+        if let Some(waited) = e.wait_until_watched(|e| run.round_ready(e)) {
+            run.hung(e, waited);
+        }
     }
 }
 
@@ -631,6 +669,10 @@ pub(crate) fn drive(e: &mut Engine, r: &RefCell<Run>) {
         if rr.is_done() {
             return;
         }
-        e.wait_until(|e| rr.round_ready(e));
+        let hung = e.wait_until_watched(|e| rr.round_ready(e));
+        drop(rr);
+        if let Some(waited) = hung {
+            r.borrow_mut().hung(e, waited);
+        }
     }
 }

@@ -1,0 +1,258 @@
+//! Erroneous programs, run under ibrun: every rank must get an error that
+//! names the mistake, within a bound, never a hang or a wrong result.
+//! Each rank prints `rank R: expected error after T s: <error>` and exits
+//! 0, or prints what it got instead and exits 3.
+//!
+//! - `mistakes allreduce4`: rank 0 allreduces 4 doubles, the others 100,000.
+//! - `mistakes bcastroot`: rank 0 says root 0, the others root 1.
+//! - `mistakes leave`: the last rank returns from `main` without calling
+//!   the allreduce the others call (they get `PeerLost` naming allreduce).
+//! - `mistakes <collective> <count|root|op|type|coll> [nb]`: the last rank
+//!   passes one more element / another root / max instead of sum / i64
+//!   instead of f64 / calls another collective; `nb` uses the
+//!   nonblocking form.
+//! - `mistakes sleep SECONDS`: the last rank sleeps in user code while the
+//!   others wait in a barrier (the watchdog must name it).
+
+use ibcoll::{Comm, Error, ReduceOp};
+
+/// Prints the outcome; the exit code. The rank then finalizes (so that
+/// ibrun does not end the job before the others have reported).
+fn report(c: &Comm, t: std::time::Instant, r: Result<(), Error>, want: fn(&Error) -> bool) -> i32 {
+    match r {
+        Err(e) if want(&e) => {
+            println!(
+                "rank {}: expected error after {:.2} s: {e}",
+                c.rank(),
+                t.elapsed().as_secs_f64()
+            );
+            0
+        }
+        other => {
+            println!("rank {}: UNEXPECTED: {other:?}", c.rank());
+            3
+        }
+    }
+}
+
+/// Runs a blocking call, or its nonblocking twin and waits.
+macro_rules! run {
+    ($nb:expr, $block:expr, |$s:ident| $start:expr) => {
+        if $nb {
+            ibcoll::scope(|$s| $start?.wait())
+        } else {
+            $block
+        }
+    };
+}
+
+fn main() {
+    let c = ibcoll::init().unwrap_or_else(|e| {
+        eprintln!("init failed: {e}");
+        std::process::exit(2)
+    });
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let n = c.size();
+    let me = c.rank();
+    let last = me + 1 == n;
+    let t = std::time::Instant::now();
+    let a = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
+    let nb = a(2) == "nb";
+    let mm: fn(&Error) -> bool = |e| e.is_mismatch();
+    let code = match a(0) {
+        "allreduce4" => {
+            let k = if me == 0 { 4 } else { 100_000 };
+            let x = vec![1.0f64; k];
+            let mut y = vec![0.0f64; k];
+            let r = c.allreduce(&x, &mut y, ReduceOp::Sum);
+            report(&c, t, r, |e| {
+                e.is_mismatch() || matches!(e, Error::InvalidArgument { .. })
+            })
+        }
+        "bcastroot" => {
+            let mut b = [me as u64; 4];
+            let r = c.bcast(&mut b, usize::from(me != 0));
+            report(&c, t, r, mm)
+        }
+        "leave" => {
+            if last {
+                drop(c);
+                return;
+            }
+            let x = [1.0f64; 4];
+            let mut y = [0.0f64; 4];
+            let r = c.allreduce(&x, &mut y, ReduceOp::Sum);
+            // Across nodes the leaving rank may never have connected to
+            // the others: only the watchdog ends their wait.
+            report(&c, t, r, |e| {
+                (e.is_peer_lost() || e.is_hang()) && e.to_string().contains("allreduce")
+            })
+        }
+        "sleep" => {
+            let secs: u64 = a(1).parse().unwrap_or(10);
+            if last {
+                std::thread::sleep(std::time::Duration::from_secs(secs));
+                // Late: the others gave up; whatever the barrier says.
+                let _ = c.barrier();
+                drop(c);
+                return;
+            }
+            let r = c.barrier();
+            report(&c, t, r, |e| e.is_hang())
+        }
+        coll => {
+            let r = mistake(&c, coll, a(1), last, nb);
+            report(&c, t, r, mm)
+        }
+    };
+    drop(c);
+    std::process::exit(code)
+}
+
+/// One collective with one mistake on the last rank.
+fn mistake(c: &Comm, coll: &str, kind: &str, last: bool, nb: bool) -> Result<(), Error> {
+    let n = c.size();
+    let me = c.rank();
+    let k = 3 + usize::from(last && kind == "count");
+    let root = usize::from(last && kind == "root") % n;
+    let op = if last && kind == "op" {
+        ReduceOp::Max
+    } else {
+        ReduceOp::Sum
+    };
+    let typed = last && kind == "type";
+    if last && kind == "coll" {
+        return c.barrier();
+    }
+    let x = vec![1.0f64; k];
+    let mut y = vec![0.0f64; k];
+    let xi = vec![1i64; k];
+    let mut yi = vec![0i64; k];
+    let mut big = vec![0.0f64; k * n];
+    let bigx = vec![1.0f64; k * n];
+    match coll {
+        "barrier" => run!(nb, c.barrier(), |s| c.ibarrier(s)),
+        "bcast" => run!(nb, c.bcast(&mut y, root), |s| c.ibcast(s, &mut y, root)),
+        "allreduce" | "reduce" | "scan" | "exscan" if typed => {
+            let o = ReduceOp::Sum;
+            match coll {
+                "allreduce" => run!(nb, c.allreduce(&xi, &mut yi, o.clone()), |s| c.iallreduce(
+                    s,
+                    &xi,
+                    &mut yi,
+                    o.clone()
+                )),
+                "reduce" => run!(nb, c.reduce(&xi, &mut yi, o.clone(), root), |s| c.ireduce(
+                    s,
+                    &xi,
+                    &mut yi,
+                    o.clone(),
+                    root
+                )),
+                "scan" => run!(nb, c.scan(&xi, &mut yi, o.clone()), |s| c.iscan(
+                    s,
+                    &xi,
+                    &mut yi,
+                    o.clone()
+                )),
+                _ => run!(nb, c.exscan(&xi, &mut yi, o.clone()), |s| c.iexscan(
+                    s,
+                    &xi,
+                    &mut yi,
+                    o.clone()
+                )),
+            }
+        }
+        "allreduce" => run!(nb, c.allreduce(&x, &mut y, op.clone()), |s| c.iallreduce(
+            s,
+            &x,
+            &mut y,
+            op.clone()
+        )),
+        "reduce" => run!(nb, c.reduce(&x, &mut y, op.clone(), root), |s| c.ireduce(
+            s,
+            &x,
+            &mut y,
+            op.clone(),
+            root
+        )),
+        "scan" => run!(nb, c.scan(&x, &mut y, op.clone()), |s| c.iscan(
+            s,
+            &x,
+            &mut y,
+            op.clone()
+        )),
+        "exscan" => run!(nb, c.exscan(&x, &mut y, op.clone()), |s| c.iexscan(
+            s,
+            &x,
+            &mut y,
+            op.clone()
+        )),
+        "gather" => run!(nb, c.gather(&x, &mut big, root), |s| c
+            .igather(s, &x, &mut big, root)),
+        "scatter" => run!(nb, c.scatter(&bigx, &mut y, root), |s| c
+            .iscatter(s, &bigx, &mut y, root)),
+        "allgather" => run!(nb, c.allgather(&x, &mut big), |s| c
+            .iallgather(s, &x, &mut big)),
+        "alltoall" => run!(nb, c.alltoall(&bigx, &mut big), |s| c
+            .ialltoall(s, &bigx, &mut big)),
+        "gatherv" | "scatterv" | "allgatherv" => {
+            // Every rank but the last sends 3; the last sends k (4 when
+            // "count") while the root's counts say 3.
+            let mut counts = vec![3usize; n];
+            counts[n - 1] = if coll == "allgatherv" { k } else { 3 };
+            let displs: Vec<usize> = (0..n).map(|i| i * 4).collect();
+            let mut v = vec![0.0f64; 4 * n];
+            let vx = vec![1.0f64; 4 * n];
+            match coll {
+                "gatherv" => run!(nb, c.gatherv(&x, &mut v, &counts, &displs, root), |s| c
+                    .igatherv(s, &x, &mut v, &counts, &displs, root)),
+                "scatterv" => run!(nb, c.scatterv(&vx, &counts, &displs, &mut y, root), |s| c
+                    .iscatterv(s, &vx, &counts, &displs, &mut y, root)),
+                _ => run!(nb, c.allgatherv(&x, &mut v, &counts, &displs), |s| c
+                    .iallgatherv(s, &x, &mut v, &counts, &displs)),
+            }
+        }
+        "reduce_scatter_block" => {
+            let (sx, mut sy) = (vec![1.0f64; k * n], vec![0.0f64; k]);
+            let (ix, mut iy) = (vec![1i64; k * n], vec![0i64; k]);
+            if typed {
+                run!(
+                    nb,
+                    c.reduce_scatter_block(&ix, &mut iy, ReduceOp::Sum),
+                    |s| c.ireduce_scatter_block(s, &ix, &mut iy, ReduceOp::Sum)
+                )
+            } else {
+                run!(nb, c.reduce_scatter_block(&sx, &mut sy, op.clone()), |s| c
+                    .ireduce_scatter_block(s, &sx, &mut sy, op.clone()))
+            }
+        }
+        "reduce_scatter" => {
+            // The last rank's counts give rank 0 one element more.
+            let mut counts = vec![3usize; n];
+            if last && kind == "count" {
+                counts[0] = 4;
+            }
+            let total: usize = counts.iter().sum();
+            let (sx, mut sy) = (vec![1.0f64; total], vec![0.0f64; counts[me]]);
+            let (ix, mut iy) = (vec![1i64; total], vec![0i64; counts[me]]);
+            if typed {
+                run!(
+                    nb,
+                    c.reduce_scatter(&ix, &mut iy, &counts, ReduceOp::Sum),
+                    |s| c.ireduce_scatter(s, &ix, &mut iy, &counts, ReduceOp::Sum)
+                )
+            } else {
+                run!(
+                    nb,
+                    c.reduce_scatter(&sx, &mut sy, &counts, op.clone()),
+                    |s| c.ireduce_scatter(s, &sx, &mut sy, &counts, op.clone())
+                )
+            }
+        }
+        other => {
+            eprintln!("mistakes: unknown collective {other}");
+            std::process::exit(2)
+        }
+    }
+}

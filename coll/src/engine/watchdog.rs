@@ -1,0 +1,201 @@
+//! The hang watchdog (`IBCOLL_HANG_TIMEOUT`): a blocking wait that has
+//! waited longer than the timeout stops, says which ranks it waits for and
+//! what each of them is doing, and fails with [`Error::Hang`] (or aborts
+//! the job, `IBCOLL_HANG_ACTION=abort`).
+//!
+//! What a rank is doing travels through the process manager's key-value
+//! store, and only once a watchdog fires: the waiter puts its own state
+//! (`ibcoll-hang-<rank>`: the call it waits in and for whom), then reads
+//! the keys of the ranks it waits for, for a bounded grace period. A rank
+//! that also waits in ibcoll fires its own watchdog and says so; one that
+//! never does is not waiting in ibcoll (it is in user code, or stuck
+//! outside ibcoll). A state names the ranks its rank waits for, and the
+//! report follows them (a chain of waits ends at the rank that is not in
+//! ibcoll), up to 16 ranks. Nothing is published while no watchdog fires, so the
+//! fast paths pay nothing, and it works the same for local and remote
+//! peers.
+
+use std::time::{Duration, Instant};
+
+use ibcoll_shm::backoff::Backoff;
+
+use super::Engine;
+use crate::error::{Error, Op};
+
+/// Longest time a fired watchdog waits for the states of the ranks it
+/// waits for.
+const GRACE: Duration = Duration::from_secs(2);
+
+/// Ranks named in one report at most.
+const REPORT_MAX: usize = 16;
+
+fn key(rank: usize) -> String {
+    format!("ibcoll-hang-{rank}")
+}
+
+impl Engine {
+    /// [`Engine::wait_with`] under the watchdog: `None` when `done` held,
+    /// `Some(waited)` when the hang timeout passed first (then `done` may
+    /// still be false). Without a timeout it is `wait_with`.
+    pub fn wait_watched(
+        &mut self,
+        b: Backoff,
+        mut done: impl FnMut(&Engine) -> bool,
+    ) -> Option<Duration> {
+        let Some(limit) = self.cfg.hang_timeout else {
+            self.wait_with(b, done);
+            return None;
+        };
+        let start = Instant::now();
+        let mut fired = false;
+        self.wait_with(b, |e| {
+            if done(e) {
+                return true;
+            }
+            fired = start.elapsed() >= limit;
+            fired
+        });
+        fired.then(|| start.elapsed())
+    }
+
+    /// [`Engine::wait_until`] under the watchdog (see `wait_watched`).
+    pub fn wait_until_watched(&mut self, done: impl FnMut(&Engine) -> bool) -> Option<Duration> {
+        let b = Backoff::new(self.spins, self.yields);
+        self.wait_watched(b, done)
+    }
+
+    /// The report of a wait in `op` (`what` describes the call) that has
+    /// waited `waited` for `waiting_for` (world ranks): publishes this
+    /// rank's state, gathers theirs, and returns the error (or aborts the
+    /// job when `IBCOLL_HANG_ACTION=abort`).
+    pub fn hang_error(
+        &mut self,
+        op: Op,
+        what: &str,
+        waiting_for: &[usize],
+        waited: Duration,
+    ) -> Error {
+        let me = self.rank();
+        let mut ranks: Vec<usize> = waiting_for.iter().copied().filter(|&r| r != me).collect();
+        ranks.sort_unstable();
+        ranks.dedup();
+        let mine = format!(
+            "waiting in {op} ({what}) for {} for {:.1} s",
+            list(&ranks),
+            waited.as_secs_f64()
+        );
+        // The ranks to describe: those waited for, then (a rank that waits
+        // in turn says for whom) the ones they wait for, up to REPORT_MAX.
+        let mut shown: Vec<usize> = ranks.iter().copied().take(REPORT_MAX).collect();
+        let mut states: Vec<Option<String>> = vec![None; shown.len()];
+        if let Some(p) = self.pmi.as_mut() {
+            if !self.hang_published {
+                // One state per process: the first wait that fires. The
+                // ranks it waits for follow a '|', for the readers.
+                let v = format!(
+                    "{}|{}",
+                    wire_safe(&mine),
+                    ranks
+                        .iter()
+                        .map(|r| r.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                );
+                let _ = p.put_raw(&key(me), &v);
+                self.hang_published = true;
+            }
+            let until = Instant::now() + GRACE.min(self.cfg.hang_timeout.unwrap_or(GRACE));
+            loop {
+                let mut i = 0;
+                while i < shown.len() {
+                    if states[i].is_none() {
+                        states[i] = p.get_raw(&key(shown[i])).ok().flatten();
+                        let next: Vec<usize> = states[i]
+                            .as_deref()
+                            .and_then(|v| v.split_once('|'))
+                            .into_iter()
+                            .flat_map(|(_, l)| l.split(','))
+                            .filter_map(|r| r.parse().ok())
+                            .collect();
+                        for r in next {
+                            if r != me && !shown.contains(&r) && shown.len() < REPORT_MAX {
+                                shown.push(r);
+                                states.push(None);
+                            }
+                        }
+                    }
+                    i += 1;
+                }
+                if states.iter().all(Option::is_some) || Instant::now() >= until {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        let mut report = format!("rank {me} is {mine}");
+        for (&r, s) in shown.iter().zip(&states) {
+            match s {
+                Some(v) => {
+                    let text = v.split_once('|').map_or(v.as_str(), |(t, _)| t);
+                    report.push_str(&format!("; rank {r} is {}", text.replace('_', " ")))
+                }
+                None => report.push_str(&format!(
+                    "; rank {r} is not waiting in ibcoll (in user code, or stuck outside ibcoll)"
+                )),
+            }
+        }
+        if ranks.len() > REPORT_MAX {
+            report.push_str(&format!("; and {} more", ranks.len() - REPORT_MAX));
+        }
+        let err = Error::Hang {
+            rank: me,
+            op,
+            waited_s: waited.as_secs(),
+            waiting_for: ranks,
+            report,
+        };
+        if self.cfg.hang_abort {
+            let msg = format!("ibcoll watchdog: {err}");
+            eprintln!("{msg}");
+            if let Some(mut p) = self.pmi.take() {
+                p.abort(70, &msg);
+            }
+            std::process::exit(70);
+        }
+        err
+    }
+}
+
+/// Says, for the watchdogs of ranks that still wait for this one, that it
+/// is finalizing (in the process manager's barrier, out of ibcoll's
+/// calls).
+pub(crate) fn publish_finalizing(p: &mut ibcoll_launcher::Pmi, rank: usize) {
+    let _ = p.put_raw(&key(rank), "finalizing_(it_called_no_further_collective)");
+}
+
+/// `[1, 2, 3]`, or `rank 4`.
+fn list(r: &[usize]) -> String {
+    match r {
+        [one] => format!("rank {one}"),
+        _ => format!(
+            "ranks {}",
+            r.iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// PMI values may not hold spaces or separators.
+fn wire_safe(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "()[],.:-+/".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,267 @@
+//! Erroneous programs (the `mistakes` example) under ibrun: every rank must
+//! report an error naming the mistake within the job's bound, on one node
+//! (shm) and on two virtual nodes (tcp), blocking and nonblocking.
+
+mod common;
+
+use common::{run_job, run_job_ok, text};
+
+/// Seconds any one of these jobs may take (it is killed after that: a
+/// hang fails the test, it does not stall it).
+const BOUND: u32 = 60;
+
+/// Runs `mistakes <args>` on `n` ranks over `nodes` virtual nodes with
+/// `env` (`-x VAR=value`) and checks that all `n` ranks reported the
+/// expected error, each containing every string of `must`.
+fn expect_all(n: usize, nodes: usize, env: &[&str], args: &[&str], must: &[&str]) -> String {
+    expect_from(n, n, nodes, env, args, must)
+}
+
+/// [`expect_all`] where `reporters` ranks report (the others left).
+fn expect_from(
+    n: usize,
+    reporters: usize,
+    nodes: usize,
+    env: &[&str],
+    args: &[&str],
+    must: &[&str],
+) -> String {
+    let ns = n.to_string();
+    let nn = nodes.to_string();
+    let mut l: Vec<&str> = vec!["-n", &ns, "--nodes", &nn];
+    for e in env {
+        l.push("-x");
+        l.push(e);
+    }
+    let o = run_job(BOUND, &l, "mistakes", args);
+    let t = text(&o);
+    assert!(
+        o.status.success(),
+        "{args:?} on {n} ranks, {nodes} node(s):\n{t}"
+    );
+    let lines: Vec<&str> = t.lines().filter(|l| l.contains("expected error")).collect();
+    assert_eq!(
+        lines.len(),
+        reporters,
+        "{args:?} on {n} ranks, {nodes} node(s):\n{t}"
+    );
+    for l in &lines {
+        for m in must {
+            assert!(l.contains(m), "{args:?}: {m:?} missing in {l}\n{t}");
+        }
+    }
+    t
+}
+
+const CHECK: &[&str] = &["IBCOLL_CHECK=1"];
+
+#[test]
+fn allreduce_4_vs_100000_doubles_is_a_mismatch() {
+    for nodes in [1, 2] {
+        expect_all(
+            3,
+            nodes,
+            CHECK,
+            &["allreduce4"],
+            &["allreduce", "rank 0 has bytes per rank 32", "800000"],
+        );
+    }
+}
+
+#[test]
+fn allreduce_count_mismatch_on_one_node_fails_without_ibcoll_check() {
+    // Rank 0 takes the shared-memory fast path, the others a schedule: the
+    // schedule's announcement in the slots makes both sides fail.
+    for n in 2..=5 {
+        expect_all(
+            n,
+            1,
+            &[],
+            &["allreduce4"],
+            &["allreduce", "shared-memory decision", "32 bytes", "800000"],
+        );
+    }
+}
+
+#[test]
+fn bcast_with_different_roots_is_a_mismatch() {
+    for nodes in [1, 2] {
+        expect_all(
+            3,
+            nodes,
+            CHECK,
+            &["bcastroot"],
+            &["bcast", "rank 0 has root 0", "rank 1 has root 1"],
+        );
+    }
+}
+
+#[test]
+fn a_rank_that_left_is_named_with_the_collective_called() {
+    // One node only: across nodes the leaving rank's finalize waits in the
+    // process manager's barrier for the others, who wait in the allreduce
+    // for it (only the watchdog turns that into an error, see below).
+    for nodes in [1] {
+        for env in [&[][..], CHECK] {
+            expect_from(
+                3,
+                2,
+                nodes,
+                env,
+                &["leave"],
+                &["allreduce", "rank 2", "peer lost"],
+            );
+        }
+    }
+}
+
+/// Every collective with each mistake it can have, cycling through 2-5
+/// ranks, one node or two, blocking or nonblocking (each collective gets
+/// both forms and both transports over its mistakes).
+const CASES: &[(&str, &str, &str)] = &[
+    ("barrier", "coll", "collective"),
+    ("bcast", "count", "bytes per rank"),
+    ("bcast", "root", "root"),
+    ("bcast", "coll", "collective"),
+    ("reduce", "count", "bytes per rank"),
+    ("reduce", "root", "root"),
+    ("reduce", "op", "reduction operation"),
+    ("reduce", "type", "element type"),
+    ("allreduce", "count", "bytes per rank"),
+    ("allreduce", "op", "reduction operation"),
+    ("allreduce", "type", "element type"),
+    ("allreduce", "coll", "collective"),
+    ("gather", "count", "bytes per rank"),
+    ("gather", "root", "root"),
+    ("gatherv", "count", "bytes in the block"),
+    ("gatherv", "root", "root"),
+    ("scatter", "count", "bytes per rank"),
+    ("scatter", "root", "root"),
+    ("scatterv", "count", "bytes in the block"),
+    ("scatterv", "root", "root"),
+    ("allgather", "count", "bytes per rank"),
+    ("allgatherv", "count", "bytes in the block"),
+    ("alltoall", "count", "bytes per rank"),
+    ("reduce_scatter", "count", "bytes in the block"),
+    ("reduce_scatter", "op", "reduction operation"),
+    ("reduce_scatter", "type", "element type"),
+    ("reduce_scatter_block", "count", "bytes per rank"),
+    ("reduce_scatter_block", "op", "reduction operation"),
+    ("reduce_scatter_block", "type", "element type"),
+    ("scan", "count", "bytes per rank"),
+    ("scan", "op", "reduction operation"),
+    ("scan", "type", "element type"),
+    ("exscan", "count", "bytes per rank"),
+    ("exscan", "op", "reduction operation"),
+    ("exscan", "type", "element type"),
+];
+
+fn cases(part: usize, parts: usize) {
+    for (i, (coll, kind, what)) in CASES.iter().enumerate() {
+        if i % parts != part {
+            continue;
+        }
+        // The "coll" mistake: the last rank calls a (blocking) barrier.
+        let coll_name = if *kind == "coll" && *coll == "barrier" {
+            "bcast"
+        } else {
+            coll
+        };
+        for j in 0..2 {
+            let n = 2 + (i + j) % 4;
+            let nb = (i + j) % 2 == 1;
+            let nodes = 1 + (i / 2 + j) % 2;
+            let mut args = vec![coll_name, kind];
+            if nb {
+                args.push("nb");
+            }
+            expect_all(n, nodes, CHECK, &args, &["ranks disagree", what]);
+        }
+    }
+}
+
+#[test]
+fn every_collective_mismatch_fails_every_rank_part_1() {
+    cases(0, 3);
+}
+
+#[test]
+fn every_collective_mismatch_fails_every_rank_part_2() {
+    cases(1, 3);
+}
+
+#[test]
+fn every_collective_mismatch_fails_every_rank_part_3() {
+    cases(2, 3);
+}
+
+#[test]
+fn a_rank_that_left_is_named_by_the_watchdog_across_nodes() {
+    let t = expect_from(
+        3,
+        2,
+        2,
+        &["IBCOLL_HANG_TIMEOUT=2"],
+        &["leave"],
+        &["allreduce"],
+    );
+    // The rank whose wait involves rank 2 reports it; the other may see
+    // that one finalize first (PeerLost).
+    assert!(t.contains("rank 2 is finalizing"), "{t}");
+}
+
+#[test]
+fn the_watchdog_names_a_rank_sleeping_in_user_code() {
+    // The last rank sleeps 8 s; the others' barrier fires its watchdog
+    // after 2 s (shared-memory fast path on one node, a schedule over tcp).
+    for (n, nodes) in [(2, 1), (3, 1), (2, 2), (3, 2)] {
+        let last = format!("rank {} is not waiting in ibcoll (in user code", n - 1);
+        expect_from(
+            n,
+            n - 1,
+            nodes,
+            &["IBCOLL_HANG_TIMEOUT=2"],
+            &["sleep", "8"],
+            &[
+                "barrier: no progress for 2 s",
+                "is waiting in barrier",
+                &last,
+            ],
+        );
+    }
+}
+
+#[test]
+fn correct_programs_pass_under_ibcoll_check() {
+    // No false alarm: every collective, form and root of coll_check.
+    for (n, nodes) in [("3", "1"), ("4", "2")] {
+        let out = run_job_ok(
+            240,
+            &["-n", n, "--nodes", nodes, "-x", "IBCOLL_CHECK=1"],
+            "coll_check",
+            &["quick"],
+        );
+        assert!(out.contains("coll_check: all ok"), "{out}");
+    }
+}
+
+#[test]
+fn the_watchdog_aborts_the_job_when_told_to() {
+    let o = run_job(
+        BOUND,
+        &[
+            "-n",
+            "2",
+            "-x",
+            "IBCOLL_HANG_TIMEOUT=1",
+            "-x",
+            "IBCOLL_HANG_ACTION=abort",
+        ],
+        "mistakes",
+        &["sleep", "6"],
+    );
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(t.contains("called abort with exit code 70"), "{t}");
+    assert!(t.contains("rank 1 is not waiting in ibcoll"), "{t}");
+}
