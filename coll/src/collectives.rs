@@ -953,14 +953,14 @@ impl Comm {
             send_b,
             as_bytes_mut(recv),
             esize,
-            byte_reduce(op),
+            (byte_reduce(op), sig),
             root,
-            sig,
         )
     }
 
     /// [`Comm::reduce_like`] on bytes: elements of `esize` bytes that
-    /// `reduce` combines (the typed calls and `raw.rs` share it).
+    /// `reduce` combines, with its `IBCOLL_CHECK` signature (the typed calls
+    /// and `raw.rs` share it).
     #[inline(always)]
     fn reduce_like_bytes<'b>(
         &self,
@@ -968,9 +968,8 @@ impl Comm {
         send: Option<&'b [u8]>,
         recv: &'b mut [u8],
         esize: usize,
-        reduce: ByteReduce,
+        (reduce, sig): (ByteReduce, OpSig),
         root: usize,
-        sig: OpSig,
     ) -> Result<Call<'b, 'static>> {
         let count = send.map_or(recv.len(), |s| s.len()) / esize;
         let needs_recv = c != Collective::Reduce || self.rank() == root || send.is_none();
@@ -1143,8 +1142,7 @@ impl Comm {
             as_bytes_mut(recv),
             esize,
             counts,
-            byte_reduce(op),
-            sig,
+            (byte_reduce(op), sig),
         )
     }
 
@@ -1157,8 +1155,7 @@ impl Comm {
         recv: &'b mut [u8],
         esize: usize,
         counts: Option<(&'c [usize], &'c [usize])>,
-        reduce: ByteReduce,
-        sig: OpSig,
+        (reduce, sig): (ByteReduce, OpSig),
     ) -> Result<Call<'b, 'c>> {
         let n = self.size();
         let recv_len = recv.len() / esize;
