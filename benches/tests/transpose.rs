@@ -16,6 +16,7 @@ const PROTOCOLS: &[&str] = &[
     "alltoall/bruck",
     "alltoall/linear",
     "alltoall/shm",
+    "alltoall/node_aware",
     "ialltoall",
     "alltoallv",
     "sendrecv/shift",
