@@ -8,7 +8,7 @@
 //! error-checking builds and Open MPI's coll/sync do the same exchange.
 
 use crate::algorithms::Collective;
-use crate::error::{Error, Op};
+use crate::error::{Disagreement, Error, Op};
 use crate::ops::ReduceOp;
 
 /// Bytes of one record.
@@ -183,11 +183,13 @@ pub(crate) fn verify(recs: &[Sig], group: &[usize], me: usize, op: Op) -> Verdic
             rank: me,
             op,
             call: recs[a].call,
-            what: what.to_string(),
             a: group[a],
-            a_value: av,
             b: group[b],
-            b_value: bv,
+            values: Box::new(Disagreement {
+                what: what.to_string(),
+                a_value: av,
+                b_value: bv,
+            }),
         })
     };
     let r0 = &recs[0];
@@ -281,11 +283,13 @@ pub(crate) fn layout_error(
         rank: me,
         op,
         call,
-        what: format!("bytes in the block of (communicator) rank {i}"),
         a: group[a],
-        a_value: v.to_string(),
         b: group[i],
-        b_value: owns[i].to_string(),
+        values: Box::new(Disagreement {
+            what: format!("bytes in the block of (communicator) rank {i}"),
+            a_value: v.to_string(),
+            b_value: owns[i].to_string(),
+        }),
     })
 }
 

@@ -43,7 +43,7 @@ pub use algorithms::Collective;
 pub use collectives::CollRequest;
 pub use comm::{Comm, ANY_SOURCE, ANY_TAG, UNDEFINED};
 pub use datatype::Datatype;
-pub use error::{Error, Op, Result};
+pub use error::{Disagreement, Error, Op, Result};
 /// Global-allocator wrapper that lets the rdma channel cache memory
 /// registrations safely (see `rdma/README.md`): install it with
 /// `#[global_allocator] static A: ibcoll::TrackingAlloc = ibcoll::TrackingAlloc::new(std::alloc::System);`.

@@ -151,8 +151,8 @@ impl Engine {
             rank: me,
             op,
             waited_s: waited.as_secs(),
-            waiting_for: ranks,
-            report,
+            waiting_for: ranks.into_boxed_slice(),
+            report: report.into_boxed_str(),
         };
         if self.cfg.hang_abort {
             let msg = format!("ibcoll watchdog: {err}");

@@ -48,7 +48,7 @@ use ibcoll_shm::backoff::Backoff;
 use ibcoll_shm::{NodeSegment, SlotArea, SLOT_BUFFERS, SLOT_INLINE, SLOT_LINES};
 
 use crate::engine::Engine;
-use crate::error::{Error, Op, Result};
+use crate::error::{Disagreement, Error, Op, Result};
 use crate::transport::{Channel, Health};
 
 /// Ranks whose arrival only releases buffers publish it every this many
@@ -313,11 +313,13 @@ impl<'a> FastCall<'a> {
             rank: self.e.rank(),
             op: self.op,
             call: self.k,
-            what: "shared-memory decision".into(),
             a: self.e.rank(),
-            a_value: format!("\"{}\"", say(mine)),
             b: self.group[r],
-            b_value: format!("\"{}\"", say(got)),
+            values: Box::new(Disagreement {
+                what: "shared-memory decision".into(),
+                a_value: format!("\"{}\"", say(mine)),
+                b_value: format!("\"{}\"", say(got)),
+            }),
         }
     }
 
