@@ -56,11 +56,22 @@ pub(crate) fn type_name_of(code: u8) -> &'static str {
         .unwrap_or("")
 }
 
-/// The code of `op` in [`OPS`].
+/// The code of `op` in [`OPS`]: a match, not a search of [`OPS`] by name,
+/// since every reduction call computes it (a test keeps the two in step).
 #[inline]
 pub(crate) fn op_code<T>(op: &ReduceOp<T>) -> u8 {
-    let name = op.name();
-    OPS.iter().position(|&o| o == name).unwrap_or(0) as u8
+    match op {
+        ReduceOp::Sum => 1,
+        ReduceOp::Prod => 2,
+        ReduceOp::Min => 3,
+        ReduceOp::Max => 4,
+        ReduceOp::Band => 5,
+        ReduceOp::Bor => 6,
+        ReduceOp::Bxor => 7,
+        ReduceOp::Land => 8,
+        ReduceOp::Lor => 9,
+        ReduceOp::User(_) => 10,
+    }
 }
 
 /// One rank's signature of one call.
@@ -295,6 +306,26 @@ pub(crate) fn layout_error(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn op_codes_name_their_ops() {
+        let user = ReduceOp::<u64>::user(|a, b| a ^ b);
+        for op in [
+            ReduceOp::Sum,
+            ReduceOp::Prod,
+            ReduceOp::Min,
+            ReduceOp::Max,
+            ReduceOp::Band,
+            ReduceOp::Bor,
+            ReduceOp::Bxor,
+            ReduceOp::Land,
+            ReduceOp::Lor,
+            user,
+        ] {
+            assert_eq!(OPS[op_code(&op) as usize], op.name());
+        }
+    }
+
     use super::*;
 
     fn sig(coll: Collective, root: u64, bytes: u64) -> Sig {
