@@ -47,7 +47,7 @@ use crate::check::{self, Sig, Verdict};
 use crate::comm::Comm;
 use crate::datatype::{as_bytes, as_bytes_mut, Datatype};
 use crate::engine::cell::{EngineCell, EngineMut};
-use crate::error::{Error, Op, Result};
+use crate::error::{Disagreement, Error, Op, Result};
 use crate::fastpath::{self, FastCall, FastIo};
 use crate::ops::{byte_reduce, ByteReduce, ReduceOp, Reducible};
 use crate::schedule::run::{self, Run, Wire};
@@ -489,6 +489,69 @@ impl Comm {
         run::run_blocking(&mut self.eng.borrow_mut(), &mut r)
     }
 
+    /// Linear alltoall of `send` (one `u64` for every rank) into `recv`,
+    /// on the internal context with tag `tag`, blocking (at most 8 peers
+    /// each way in flight).
+    fn alltoall_internal(&self, send: &[u64], recv: &mut [u64], tag: i32) -> Result<()> {
+        let spec = Spec::new(Collective::Alltoall, 8, 1).uniform();
+        let args = self.args(&spec, "linear", &[], 65536, 8);
+        let sched = (find(Collective::Alltoall, "linear").and_then(|a| a.schedule()))
+            .map(|b| b(&args))
+            .unwrap_or_default();
+        let (send, recv) = (as_bytes(send), as_bytes_mut(recv));
+        // SAFETY: `send` and `recv` outlive the blocking run below.
+        let mut r = unsafe {
+            Run::new(
+                sched,
+                send.as_ptr(),
+                send.len(),
+                recv.as_mut_ptr(),
+                recv.len(),
+                None,
+                self.wire(tag),
+                Op::Collective(Collective::Alltoall),
+            )
+        }?;
+        run::run_blocking(&mut self.eng.borrow_mut(), &mut r)
+    }
+
+    /// `IBCOLL_CHECK` for an alltoallv whose signatures agree: every rank
+    /// sends every other the bytes it sends it (one alltoall of `u64`s) and
+    /// compares them with the bytes it expects from it; an allgather of
+    /// what each found makes every rank fail with the same error (the
+    /// first receiver, in rank order, that expects another length).
+    #[cold]
+    #[inline(never)]
+    fn check_alltoallv(&self, s: &Spec<'_>, call: u64, tag: i32) -> Result<()> {
+        let n = self.size();
+        let op = Op::Collective(s.coll);
+        let sent: Vec<u64> = s.counts.iter().map(|&c| (c * s.esize) as u64).collect();
+        let mut got = vec![0u64; n];
+        self.alltoall_internal(&sent, &mut got, tag)
+            .map_err(|e| e.with_op(op))?;
+        let bad = (0..n).find(|&j| got[j] != (s.rcounts[j] * s.esize) as u64);
+        let mut rec = [0u64; 4];
+        if let Some(j) = bad {
+            rec = [1, j as u64, got[j], (s.rcounts[j] * s.esize) as u64];
+        }
+        let mut all = vec![0u64; 4 * n];
+        self.allgather_internal(as_bytes(&rec), as_bytes_mut(&mut all), tag)
+            .map_err(|e| e.with_op(op))?;
+        let Some(b) = all.chunks(4).position(|r| r[0] != 0) else {
+            return Ok(());
+        };
+        let r = &all[4 * b..4 * b + 4];
+        let (from, to) = (self.group[r[1] as usize % n], self.group[b]);
+        Err(Error::Mismatch {
+            rank: self.world_rank(self.rank()).unwrap_or(0),
+            op,
+            call,
+            a: from,
+            b: to,
+            values: Box::new(Disagreement::transfer(from, to, r[2], r[3])),
+        })
+    }
+
     /// The number of this call among the communicator's checked
     /// collectives.
     fn next_check(&self) -> u64 {
@@ -546,6 +609,7 @@ impl Comm {
             .collect::<Result<_>>()?;
         let wme = self.world_rank(me).unwrap_or(0);
         match check::verify(&recs, &self.group, wme, op) {
+            Verdict::Agree if s.coll == Collective::Alltoallv => self.check_alltoallv(s, call, tag),
             Verdict::Agree => Ok(()),
             Verdict::Mismatch(e) => Err(e),
             Verdict::Layout => {

@@ -38,12 +38,50 @@ impl fmt::Display for Op {
 }
 
 /// What two ranks of a call disagree on, for [`Error::Mismatch`]: `what`
-/// names the property, `a_value` and `b_value` are what each rank passed.
+/// names the property, `a_value` and `b_value` are what each rank passed
+/// (for a transfer, `what` is empty and the values say what each side
+/// sends or expects).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Disagreement {
     pub what: String,
     pub a_value: String,
     pub b_value: String,
+}
+
+impl Disagreement {
+    /// The two ranks' sides of a transfer within a collective call: rank
+    /// `from` sends `sent` bytes (as one message, or in its slot) where rank
+    /// `to` expects `expected` (`what` is empty: the values are the clauses).
+    pub(crate) fn transfer(from: usize, to: usize, sent: u64, expected: u64) -> Disagreement {
+        Disagreement {
+            what: String::new(),
+            a_value: format!("sends {sent} bytes to rank {to}"),
+            b_value: format!("expects {expected} bytes from rank {from}"),
+        }
+    }
+
+    /// "rank a has root 0, rank b has root 1", or for a transfer "rank a
+    /// sends 8 bytes to rank b, rank b expects 16 bytes from rank a".
+    fn text(&self, a: usize, b: usize) -> String {
+        let (w, x, y) = (&self.what, &self.a_value, &self.b_value);
+        if w.is_empty() {
+            format!("rank {a} {x}, rank {b} {y}")
+        } else {
+            format!("rank {a} has {w} {x}, rank {b} has {w} {y}")
+        }
+    }
+}
+
+/// A call number of [`Error::Mismatch`] that is not known (a disagreement
+/// found in a message of a schedule, which does not count the calls).
+pub(crate) const CALL_UNKNOWN: u64 = u64::MAX;
+
+fn call_text(call: u64) -> String {
+    if call == CALL_UNKNOWN {
+        "this collective call".into()
+    } else {
+        format!("collective call {call} of the communicator")
+    }
 }
 
 /// Every failure ibcoll reports.
@@ -114,7 +152,7 @@ pub enum Error {
     /// The texts are boxed: every `Result` of the library carries this
     /// enum, and unboxed they made it 112 bytes instead of 72 (8-byte
     /// bandwidth 60 vs 70 MB/s).
-    #[error("rank {rank}: {op}: ranks disagree on collective call {call} of the communicator: rank {a} has {what} {a_value}, rank {b} has {what} {b_value}", what = .values.what, a_value = .values.a_value, b_value = .values.b_value)]
+    #[error("rank {rank}: {op}: ranks disagree on {}: {}", call_text(*.call), values.text(*.a, *.b))]
     Mismatch {
         rank: usize,
         op: Op,
@@ -273,7 +311,37 @@ impl Error {
     }
 
     /// The same error, re-attributed to operation `op`.
+    ///
+    /// A truncated message inside a collective is a disagreement between
+    /// its sender and this rank (a collective's messages are exactly as
+    /// long as both sides computed from their arguments): it becomes
+    /// [`Error::Mismatch`] naming both and both lengths.
     pub(crate) fn with_op(mut self, new: Op) -> Error {
+        if let (
+            Error::Truncated {
+                rank,
+                peer,
+                message_len,
+                buffer_len,
+                ..
+            },
+            Op::Collective(_),
+        ) = (&self, new)
+        {
+            return Error::Mismatch {
+                rank: *rank,
+                op: new,
+                call: CALL_UNKNOWN,
+                a: *peer,
+                b: *rank,
+                values: Box::new(Disagreement::transfer(
+                    *peer,
+                    *rank,
+                    *message_len as u64,
+                    *buffer_len as u64,
+                )),
+            };
+        }
         match &mut self {
             Error::Truncated { op, .. }
             | Error::PeerLost { op, .. }

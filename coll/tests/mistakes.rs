@@ -154,6 +154,8 @@ const CASES: &[(&str, &str, &str)] = &[
     ("exscan", "count", "bytes per rank"),
     ("exscan", "op", "reduction operation"),
     ("exscan", "type", "element type"),
+    ("alltoallv", "count", "sends 32 bytes to rank 0, rank 0 expects 24 bytes"),
+    ("alltoallv", "less", "sends 16 bytes to rank 0, rank 0 expects 24 bytes"),
 ];
 
 fn cases(part: usize, parts: usize) {
@@ -264,4 +266,48 @@ fn the_watchdog_aborts_the_job_when_told_to() {
     assert!(!o.status.success(), "{t}");
     assert!(t.contains("called abort with exit code 70"), "{t}");
     assert!(t.contains("rank 1 is not waiting in ibcoll"), "{t}");
+}
+
+#[test]
+fn v_collective_counts_are_checked_without_ibcoll_check() {
+    // No IBCOLL_CHECK: the rank that receives the disagreeing block sees
+    // the length of the message (or slot) differ from what it expects and
+    // names both; the others may return Ok (or lose a rank that gave up).
+    // (collective, mistake, the rank that must see it (None: the last),
+    // what it must say ({s}: the sender, {r}: the receiver)).
+    let cases: &[(&str, &str, Option<usize>, &str)] = &[
+        ("alltoallv", "count", Some(0), "rank {s} sends 32 bytes to rank 0, rank 0 expects 24 bytes from rank {s}"),
+        ("alltoallv", "less", Some(0), "rank {s} sends 16 bytes to rank 0, rank 0 expects 24 bytes from rank {s}"),
+        ("gatherv", "count", Some(0), "bytes to rank 0, rank 0 expects"),
+        ("scatterv", "count", None, "rank 0 sends 24 bytes to rank {r}, rank {r} expects 32 bytes from rank 0"),
+        ("allgatherv", "count", Some(0), "bytes to rank 0, rank 0 expects"),
+    ];
+    for (i, &(coll, kind, who, what)) in cases.iter().enumerate() {
+        for j in 0..2 {
+            let n = 2 + (i + j) % 4;
+            let nodes = 1 + (i + j / 2 + j) % 2;
+            let nb = (i + j) % 2 == 1;
+            let mut args = vec![coll, kind];
+            if nb {
+                args.push("nb");
+            }
+            args.push("cheap");
+            let r = who.unwrap_or(n - 1);
+            let want = what
+                .replace("{s}", &(n - 1).to_string())
+                .replace("{r}", &r.to_string());
+            let ns = n.to_string();
+            let nn = nodes.to_string();
+            let o = run_job(BOUND, &["-n", &ns, "--nodes", &nn], "mistakes", &args);
+            let t = text(&o);
+            assert!(o.status.success(), "{args:?} on {n} ranks, {nodes} node(s):\n{t}");
+            let line = format!("rank {r}: expected error");
+            let l = t
+                .lines()
+                .find(|l| l.starts_with(&line))
+                .unwrap_or_else(|| panic!("{args:?}: no error on rank {r}:\n{t}"));
+            assert!(l.contains(&want), "{args:?}: {want:?} missing in {l}\n{t}");
+            assert!(l.contains(&format!(": {coll}: ranks disagree")), "{l}");
+        }
+    }
 }

@@ -354,14 +354,17 @@ impl<'a> FastCall<'a> {
 
     /// The error of member `r` contributing `got` bytes (in its slot or
     /// as a message) where `want` were expected.
+    #[cold]
+    #[inline(never)]
     pub fn mismatch(&self, r: usize, got: usize, want: usize) -> Error {
-        Error::InvalidArgument {
-            rank: self.e.rank(),
+        let (from, me) = (self.group[r], self.e.rank());
+        Error::Mismatch {
+            rank: me,
             op: self.op,
-            detail: format!(
-                "rank {} contributed {got} bytes where {want} were expected (arguments differ between ranks)",
-                self.group[r]
-            ),
+            call: crate::error::CALL_UNKNOWN,
+            a: from,
+            b: me,
+            values: Box::new(Disagreement::transfer(from, me, got as u64, want as u64)),
         }
     }
 

@@ -30,9 +30,9 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use super::{Buf, Schedule, Slice, Step};
-use crate::engine::ops::{Op as EngOp, Token};
+use crate::engine::ops::{Op as EngOp, OpKind, Token};
 use crate::engine::{Engine, Posted2};
-use crate::error::{Error, Op, Result};
+use crate::error::{Disagreement, Error, Op, Result, CALL_UNKNOWN};
 use crate::ops::ByteReduce;
 
 /// One rank's execution of one schedule.
@@ -227,14 +227,52 @@ impl Run {
         unsafe { base.add(s.off) }
     }
 
+    /// Whether operation `t` failed, or is a receive that got a shorter
+    /// message than it was posted for (a schedule receives exactly what
+    /// its peer's schedule sends: a shorter message means the two ranks'
+    /// arguments disagree, and waiting for the rest could hang).
     fn failed(e: &Engine, t: Token) -> bool {
-        matches!(
-            e.st.ops.get(t),
+        match e.st.ops.get(t) {
             Some(EngOp {
                 result: Some(Err(_)),
                 ..
-            })
-        )
+            }) => true,
+            Some(EngOp {
+                kind: OpKind::Recv { cap, .. },
+                result: Some(Ok(st)),
+            }) => st.len != *cap,
+            _ => false,
+        }
+    }
+
+    /// The first pending receive that got a message shorter than its
+    /// buffer, as the disagreement it is (see [`Run::failed`]).
+    #[cold]
+    #[inline(never)]
+    fn short_recv(&self, e: &Engine) -> Option<Error> {
+        self.pending.iter().find_map(|&t| match e.st.ops.get(t) {
+            Some(EngOp {
+                kind: OpKind::Recv { cap, .. },
+                result: Some(Ok(st)),
+            }) if st.len != *cap => {
+                let me = self.group[self.me as usize];
+                let from = self.group.get(st.source).copied().unwrap_or(st.source);
+                Some(Error::Mismatch {
+                    rank: me,
+                    op: self.op,
+                    call: CALL_UNKNOWN,
+                    a: from,
+                    b: me,
+                    values: Box::new(Disagreement::transfer(
+                        from,
+                        me,
+                        st.len as u64,
+                        *cap as u64,
+                    )),
+                })
+            }
+            _ => None,
+        })
     }
 
     /// Whether `step` can do something now.
@@ -369,6 +407,9 @@ impl Run {
                 }
             }
             if self.pending.iter().any(|&t| Self::failed(e, t)) {
+                if let Some(x) = self.short_recv(e) {
+                    self.record(x);
+                }
                 self.abort(e);
                 continue;
             }
