@@ -18,6 +18,9 @@
 //!   can see the mistake, so a rank may also return `Ok` (it prints
 //!   `rank R: ok`), or lose a rank that saw it and gave up the call
 //!   (`PeerLost`); any other outcome is still unexpected.
+//! - `mistakes p2p <recv|wait|sendrecv> SECONDS`: rank 0 waits for a
+//!   message from the last rank, which sleeps in user code first; the
+//!   others wait in a barrier (the watchdog must name the sleeper).
 //! - `mistakes sleep SECONDS`: the last rank sleeps in user code while the
 //!   others wait in a barrier (the watchdog must name it).
 
@@ -107,6 +110,32 @@ fn main() {
             }
             let r = c.barrier();
             report(&c, t, r, |e| e.is_hang())
+        }
+        "p2p" => {
+            // Rank 0 waits for a message from the last rank, which sleeps
+            // in user code first (the watchdog must name it); the ranks in
+            // between wait in a barrier for rank 0.
+            let secs: u64 = a(2).parse().unwrap_or(10);
+            if last {
+                std::thread::sleep(std::time::Duration::from_secs(secs));
+                let _ = c.send(&[1u64], 0, 5);
+                let _ = c.barrier();
+                drop(c);
+                return;
+            }
+            if me != 0 {
+                let r = c.barrier();
+                report(&c, t, r, |e| e.is_hang())
+            } else {
+                let mut b = [0u64; 1];
+                let from = n - 1;
+                let r = match a(1) {
+                    "recv" => c.recv(&mut b, from, 5).map(|_| ()),
+                    "wait" => ibcoll::scope(|s| c.irecv(s, &mut b, from, 5)?.wait().map(|_| ())),
+                    _ => c.sendrecv(&[0u64], from, 6, &mut b, from, 5).map(|_| ()),
+                };
+                report(&c, t, r, |e| e.is_hang())
+            }
         }
         coll => {
             let r = mistake(&c, coll, a(1), last, nb);

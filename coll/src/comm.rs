@@ -235,7 +235,9 @@ impl Comm {
         )? {
             Posted2::Done => Ok(()),
             Posted2::Pending(tok) => {
-                e.wait_until(|e| e.is_done(tok));
+                if let Some(x) = e.wait_op_watched(tok, Op::Send) {
+                    return Err(x);
+                }
                 match e.take_result(tok) {
                     Some(r) => r.map(|_| ()).map_err(|e| e.with_op(Op::Send)),
                     None => Ok(()),
@@ -256,7 +258,9 @@ impl Comm {
             bytes.as_mut_ptr(),
             bytes.len(),
         );
-        e.wait_until(|e| e.is_done(tok));
+        if let Some(x) = e.wait_op_watched(tok, Op::Recv) {
+            return Err(x);
+        }
         e.take_result(tok).unwrap_or_else(|| Ok(Status::empty()))
     }
 
@@ -321,9 +325,11 @@ impl Comm {
         // need no scope.
         let r = self.irecv_on(self.ctx, as_bytes_mut(recvbuf), source, recvtag)?;
         let s = self.isend_on(self.ctx, as_bytes(sendbuf), dest, sendtag)?;
+        // The receive's error first: a receive the watchdog gave up on
+        // says for whom it waited (the send may then wait in turn).
         let rs = r.wait();
-        s.wait()?;
-        rs
+        let ss = s.wait();
+        rs.and_then(|st| ss.map(|_| st))
     }
 
     /// Waits for a matching message without receiving it.
@@ -335,13 +341,20 @@ impl Comm {
             return Err(err);
         }
         let mut lost = None;
-        e.wait_until(|e| {
+        let hung = e.wait_until_watched(|e| {
             if e.st.matcher.peek_unexpected(ctx, src, tag).is_some() {
                 return true;
             }
             lost = peer.and_then(|p| e.peer_lost(p, Op::Probe));
             lost.is_some()
         });
+        if let (Some(waited), None) = (hung, e.st.matcher.peek_unexpected(ctx, src, tag)) {
+            let (what, peers) = match peer {
+                Some(p) => (format!("probe for a message from rank {p}"), vec![p]),
+                None => ("probe for a message from any rank".into(), self.group.to_vec()),
+            };
+            return Err(e.hang_error(Op::Probe, &what, &peers, waited));
+        }
         if let Some(u) = e.st.matcher.peek_unexpected(ctx, src, tag) {
             return Ok(Status {
                 source: u.src as usize,

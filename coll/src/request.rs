@@ -119,7 +119,10 @@ impl<'scope> Request<'scope> {
                 return Err(finalized());
             };
             let mut e = eng.borrow_mut();
-            e.wait_until(|e| e.is_done(tok));
+            if let Some(x) = e.wait_op_watched(tok, Op::Wait) {
+                self.tok = None;
+                return Err(x);
+            }
             self.collect(&mut e);
         }
         self.outcome.take().unwrap_or_else(|| Ok(Status::empty()))

@@ -311,3 +311,37 @@ fn v_collective_counts_are_checked_without_ibcoll_check() {
         }
     }
 }
+
+#[test]
+fn the_watchdog_watches_point_to_point_waits() {
+    // Rank 0 waits in a receive (recv, a request's wait, sendrecv) for the
+    // last rank, which sleeps in user code; the ranks between wait in a
+    // barrier for rank 0, and their report follows the chain.
+    for (form, op, n, nodes) in [
+        ("recv", "recv", 2, 1),
+        ("wait", "wait", 3, 1),
+        ("sendrecv", "wait", 3, 2),
+    ] {
+        let last = n - 1;
+        let t = expect_from(
+            n,
+            n - 1,
+            nodes,
+            &["IBCOLL_HANG_TIMEOUT=2"],
+            &["p2p", form, "8"],
+            &[&format!(
+                "rank {last} is not waiting in ibcoll (in user code"
+            )],
+        );
+        let want = format!(
+            "rank 0: {op}: no progress for 2 s: rank 0 is waiting in {op} (receive of up to 8 bytes from rank {last}) for rank {last}"
+        );
+        assert!(t.contains(&want), "{form}: {want:?} missing:\n{t}");
+        if n > 2 {
+            assert!(
+                t.contains("rank 1 is waiting in barrier") && t.contains("; rank 0 is waiting in"),
+                "{form}: the barrier's report does not follow the chain:\n{t}"
+            );
+        }
+    }
+}

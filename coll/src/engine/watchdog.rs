@@ -1,4 +1,6 @@
-//! The hang watchdog (`IBCOLL_HANG_TIMEOUT`): a blocking wait that has
+//! The hang watchdog (`IBCOLL_HANG_TIMEOUT`): a blocking wait (a
+//! collective, a collective's request, or a point-to-point receive, send,
+//! probe or request wait) that has
 //! waited longer than the timeout stops, says which ranks it waits for and
 //! what each of them is doing, and fails with [`Error::Hang`] (or aborts
 //! the job, `IBCOLL_HANG_ACTION=abort`).
@@ -19,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use ibcoll_shm::backoff::Backoff;
 
+use super::ops::{OpKind, Token};
 use super::Engine;
 use crate::error::{Error, Op};
 
@@ -62,6 +65,36 @@ impl Engine {
     pub fn wait_until_watched(&mut self, done: impl FnMut(&Engine) -> bool) -> Option<Duration> {
         let b = Backoff::new(self.spins, self.yields);
         self.wait_watched(b, done)
+    }
+
+    /// Waits for point-to-point operation `tok` (a receive, a send, a
+    /// request's wait) under the watchdog: `None` once it is done, or the
+    /// [`Error::Hang`] of `op` naming the peer it waits for when the hang
+    /// timeout passed first; the operation is then withdrawn where it can
+    /// be (a receive nothing matched, a send not yet streaming: it goes on
+    /// from a private copy), else waited for (its data is moving and ends in
+    /// bounded time), so the caller's buffer is free either way.
+    pub fn wait_op_watched(&mut self, tok: Token, op: Op) -> Option<Error> {
+        let waited = self.wait_until_watched(|e| e.is_done(tok))?;
+        let (what, peers) = match self.st.ops.get(tok).map(|o| &o.kind) {
+            Some(OpKind::Recv {
+                peer: Some(p), cap, ..
+            }) => (format!("receive of up to {cap} bytes from rank {p}"), vec![*p]),
+            Some(OpKind::Recv { group, cap, .. }) => (
+                format!("receive of up to {cap} bytes from any rank"),
+                group.to_vec(),
+            ),
+            Some(OpKind::Send { peer, len, .. }) => {
+                (format!("send of {len} bytes to rank {peer}"), vec![*peer])
+            }
+            None => return None,
+        };
+        let err = self.hang_error(op, &what, &peers, waited);
+        if self.abandon(tok).is_none() {
+            self.wait_until(|e| e.is_done(tok));
+            let _ = self.take_result(tok);
+        }
+        Some(err)
     }
 
     /// The report of a wait in `op` (`what` describes the call) that has
