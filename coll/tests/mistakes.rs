@@ -265,7 +265,49 @@ fn the_watchdog_aborts_the_job_when_told_to() {
     let t = text(&o);
     assert!(!o.status.success(), "{t}");
     assert!(t.contains("called abort with exit code 70"), "{t}");
-    assert!(t.contains("rank 1 is not waiting in ibcoll"), "{t}");
+    // ibrun's report, once, instead of the aborting rank's own.
+    assert_eq!(t.matches("watchdog report (IBCOLL_HANG_TIMEOUT)").count(), 1, "{t}");
+    assert!(t.contains("ibrun:   rank 1: not waiting in ibcoll"), "{t}");
+}
+
+#[test]
+fn ibrun_prints_one_grouped_watchdog_report() {
+    // Ranks 0-2 wait in a shared-memory barrier for rank 3, asleep.
+    let t = expect_from(
+        4,
+        3,
+        1,
+        &["IBCOLL_HANG_TIMEOUT=2"],
+        &["sleep", "8"],
+        &["barrier: no progress for 2 s"],
+    );
+    assert_eq!(t.matches("watchdog report (IBCOLL_HANG_TIMEOUT)").count(), 1, "{t}");
+    assert!(
+        t.contains("ibrun:   ranks 0-2: waiting in barrier (shared-memory call 1) for rank 3 (waited 2."),
+        "{t}"
+    );
+    assert!(
+        t.contains("ibrun:   rank 3: not waiting in ibcoll (in user code"),
+        "{t}"
+    );
+    // A chain (rank 0 in a receive from rank 2, rank 1 in a barrier for
+    // rank 0) on two nodes: one line per rank.
+    let t = expect_from(
+        3,
+        2,
+        2,
+        &["IBCOLL_HANG_TIMEOUT=2"],
+        &["p2p", "recv", "8"],
+        &["no progress for 2 s"],
+    );
+    assert_eq!(t.matches("watchdog report (IBCOLL_HANG_TIMEOUT)").count(), 1, "{t}");
+    for l in [
+        "ibrun:   rank 0: waiting in recv (receive of up to 8 bytes from rank 2) for rank 2",
+        "ibrun:   rank 1: waiting in barrier (",
+        "ibrun:   rank 2: not waiting in ibcoll",
+    ] {
+        assert!(t.contains(l), "{l:?} missing:\n{t}");
+    }
 }
 
 #[test]

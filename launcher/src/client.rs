@@ -704,7 +704,19 @@ impl Pmi {
 
     /// Tells the process manager to end the whole job, then exits.
     pub fn abort(&mut self, exit_code: i32, message: &str) -> ! {
-        eprintln!("ibcoll: rank {} aborting the job: {message}", self.rank);
+        if self.conn.is_some() {
+            eprintln!("ibcoll: rank {} aborting the job: {message}", self.rank);
+        }
+        self.abort_quietly(exit_code, message)
+    }
+
+    /// [`Pmi::abort`] without printing the message here: the launcher
+    /// prints it (ibrun with the job's watchdog report, when the message is
+    /// the watchdog's); printed here only when no launcher is there to.
+    pub fn abort_quietly(&mut self, exit_code: i32, message: &str) -> ! {
+        if self.conn.is_none() {
+            eprintln!("ibcoll: rank {} aborting the job: {message}", self.rank);
+        }
         if self.conn.is_some() {
             let cmd = Command::new("abort")
                 .arg("exitcode", exit_code)

@@ -86,6 +86,9 @@ fn apply(poller: &Poller, conns: &mut Conns, actions: Vec<Action>) -> usize {
             Action::Reply(to, text) => conns.send(poller, to, text.as_bytes()),
             Action::Log(m) => eprintln!("ibcoll: {m}"),
             Action::Finalized(_) => finalized += 1,
+            // Without ibrun nobody gathers the watchdog states: every
+            // rank's error carries its own report.
+            Action::Hang { .. } => {}
             Action::Abort {
                 rank,
                 exit_code,

@@ -5,6 +5,7 @@
 pub mod client;
 pub mod codec;
 pub mod conns;
+pub mod hang_report;
 pub mod kvs_host;
 pub mod mapping;
 pub mod poller;

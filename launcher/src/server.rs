@@ -79,7 +79,15 @@ pub enum Action {
     },
     /// The rank sent `finalize`.
     Finalized(usize),
+    /// Rank `rank` put its watchdog state (a key under
+    /// [`HANG_KEY_PREFIX`]): ibrun gathers them into one report.
+    Hang { rank: usize, state: String },
 }
+
+/// Keys under which ibcoll's hang watchdog puts a rank's state (the rank
+/// number follows): `text|ranks waited for|seconds`, with `_` for spaces,
+/// or `finalizing...` for a rank that reached finalize.
+pub const HANG_KEY_PREFIX: &str = "ibcoll-hang-";
 
 #[derive(Debug, Default)]
 struct Conn {
@@ -417,11 +425,20 @@ impl PmiServer {
                 if let Some(old) = self.kvs.insert(key.to_string(), value.to_string()) {
                     self.kvs_bytes -= key.len() + old.len();
                 }
-                reply(
+                let hang = key
+                    .strip_prefix(HANG_KEY_PREFIX)
+                    .and_then(|r| r.parse::<usize>().ok())
+                    .map(|rank| Action::Hang {
+                        rank,
+                        state: value.to_string(),
+                    });
+                let mut out = reply(
                     Command::new("put_result")
                         .arg("rc", 0)
                         .arg("msg", "success"),
-                )
+                )?;
+                out.extend(hang);
+                Ok(out)
             }
             "get" => {
                 self.check_kvsname(cmd)?;

@@ -33,7 +33,7 @@ const GRACE: Duration = Duration::from_secs(2);
 const REPORT_MAX: usize = 16;
 
 fn key(rank: usize) -> String {
-    format!("ibcoll-hang-{rank}")
+    format!("{}{rank}", ibcoll_launcher::server::HANG_KEY_PREFIX)
 }
 
 impl Engine {
@@ -112,11 +112,10 @@ impl Engine {
         let mut ranks: Vec<usize> = waiting_for.iter().copied().filter(|&r| r != me).collect();
         ranks.sort_unstable();
         ranks.dedup();
-        let mine = format!(
-            "waiting in {op} ({what}) for {} for {:.1} s",
-            list(&ranks),
-            waited.as_secs_f64()
-        );
+        // What this rank does, without the time (the launcher groups the
+        // ranks that do the same), then with it.
+        let doing = format!("waiting in {op} ({what}) for {}", list(&ranks));
+        let mine = format!("{doing} for {:.1} s", waited.as_secs_f64());
         // The ranks to describe: those waited for, then (a rank that waits
         // in turn says for whom) the ones they wait for, up to REPORT_MAX.
         let mut shown: Vec<usize> = ranks.iter().copied().take(REPORT_MAX).collect();
@@ -124,15 +123,17 @@ impl Engine {
         if let Some(p) = self.pmi.as_mut() {
             if !self.hang_published {
                 // One state per process: the first wait that fires. The
-                // ranks it waits for follow a '|', for the readers.
+                // ranks it waits for and the seconds follow, after '|'s
+                // (`ibcoll_launcher::server::HANG_KEY_PREFIX`).
                 let v = format!(
-                    "{}|{}",
-                    wire_safe(&mine),
+                    "{}|{}|{:.1}",
+                    wire_safe(&doing),
                     ranks
                         .iter()
                         .map(|r| r.to_string())
                         .collect::<Vec<_>>()
-                        .join(",")
+                        .join(","),
+                    waited.as_secs_f64()
                 );
                 let _ = p.put_raw(&key(me), &v);
                 self.hang_published = true;
@@ -145,9 +146,9 @@ impl Engine {
                         states[i] = p.get_raw(&key(shown[i])).ok().flatten();
                         let next: Vec<usize> = states[i]
                             .as_deref()
-                            .and_then(|v| v.split_once('|'))
+                            .and_then(|v| v.split('|').nth(1))
                             .into_iter()
-                            .flat_map(|(_, l)| l.split(','))
+                            .flat_map(|l| l.split(','))
                             .filter_map(|r| r.parse().ok())
                             .collect();
                         for r in next {
@@ -169,8 +170,12 @@ impl Engine {
         for (&r, s) in shown.iter().zip(&states) {
             match s {
                 Some(v) => {
-                    let text = v.split_once('|').map_or(v.as_str(), |(t, _)| t);
-                    report.push_str(&format!("; rank {r} is {}", text.replace('_', " ")))
+                    let mut parts = v.split('|');
+                    let text = parts.next().unwrap_or("").replace('_', " ");
+                    match parts.nth(1) {
+                        Some(secs) => report.push_str(&format!("; rank {r} is {text} for {secs} s")),
+                        None => report.push_str(&format!("; rank {r} is {text}")),
+                    }
                 }
                 None => report.push_str(&format!(
                     "; rank {r} is not waiting in ibcoll (in user code, or stuck outside ibcoll)"
@@ -189,9 +194,11 @@ impl Engine {
         };
         if self.cfg.hang_abort {
             let msg = format!("ibcoll watchdog: {err}");
-            eprintln!("{msg}");
-            if let Some(mut p) = self.pmi.take() {
-                p.abort(70, &msg);
+            match self.pmi.take() {
+                // The launcher prints it (ibrun: with every rank's state,
+                // grouped, instead of this rank's report).
+                Some(mut p) => p.abort_quietly(70, &msg),
+                None => eprintln!("{msg}"),
             }
             std::process::exit(70);
         }

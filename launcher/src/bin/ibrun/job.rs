@@ -5,7 +5,7 @@
 //! visiting every rank. It carries out the PMI server's actions, tells the
 //! subscribed ranks when one is lost, and ends the whole job when one fails.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -21,6 +21,7 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use ibcoll_launcher::conns::{Conns, Stream};
+use ibcoll_launcher::hang_report;
 use ibcoll_launcher::poller::{Interest, Poller, Ready};
 use ibcoll_launcher::server::{Action, ConnId, PmiServer};
 
@@ -116,7 +117,17 @@ pub struct Job {
     input_wait: InputWait,
     /// Standard input is a file or device epoll cannot watch (always ready).
     input_unpollable: bool,
+    /// The ranks' watchdog states (PMI puts under `HANG_KEY_PREFIX`), for
+    /// the one report printed `HANG_COLLECT` after the first wait fired.
+    hangs: BTreeMap<usize, String>,
+    hang_since: Option<Instant>,
+    hang_printed: bool,
 }
+
+/// How long ibrun gathers watchdog states after the first before it prints
+/// the report: a fired watchdog looks for the states of the ranks it waits
+/// for for 2 s, so those that fire too have put theirs by then.
+const HANG_COLLECT: Duration = Duration::from_secs(3);
 
 /// Blocks the signals ibrun handles through its signalfd. Must run before any
 /// thread or child exists; std resets the mask in children.
@@ -207,6 +218,9 @@ impl Job {
             input_buf: Vec::new(),
             input_wait: InputWait::Nothing,
             input_unpollable: false,
+            hangs: BTreeMap::new(),
+            hang_since: None,
+            hang_printed: false,
         })
     }
 
@@ -287,6 +301,29 @@ impl Job {
         format!("rank {} (host {}, pid {})", rank, r.host, r.pid)
     }
 
+    /// Prints the watchdog report once: every rank's state, identical ones
+    /// grouped (see `hang_report`).
+    fn print_hangs(&mut self) {
+        if self.hang_printed || self.hang_since.is_none() {
+            return;
+        }
+        self.hang_printed = true;
+        let ranks = &self.ranks;
+        let lines = hang_report::lines(ranks.len(), &self.hangs, |r| match &ranks[r] {
+            x if x.finalized => "finalized".into(),
+            Rank { end: Some(End::Code(c)), .. } => format!("exited with status {c}"),
+            Rank {
+                end: Some(End::Signal(g)),
+                ..
+            } => format!("killed by {}", signal_name(*g)),
+            _ => "not waiting in ibcoll (in user code, or stuck outside ibcoll)".into(),
+        });
+        self.log("watchdog report (IBCOLL_HANG_TIMEOUT), what each rank does:");
+        for l in lines {
+            self.log(&format!("  {l}"));
+        }
+    }
+
     fn running(&self) -> impl Iterator<Item = &Rank> {
         self.ranks.iter().filter(|r| r.end.is_none())
     }
@@ -350,6 +387,8 @@ impl Job {
             }
             self.check_clock();
         }
+        // A job that ended before the report was due still gets it.
+        self.print_hangs();
         self.sink.flush();
         self.exit_status()
     }
@@ -391,6 +430,9 @@ impl Job {
         }
         if let Some(&(_, t)) = self.closing.front() {
             consider(t);
+        }
+        if let (Some(t), false) = (self.hang_since, self.hang_printed) {
+            consider(t + HANG_COLLECT);
         }
         next.map(|t| t.saturating_duration_since(now))
     }
@@ -660,11 +702,28 @@ impl Job {
                         rank.finalized = true;
                     }
                 }
+                Action::Hang { rank, state } => {
+                    if self.hang_printed {
+                        continue;
+                    }
+                    if hang_report::is_wait(&state) && self.hang_since.is_none() {
+                        self.hang_since = Some(Instant::now());
+                    }
+                    self.hangs.insert(rank, state);
+                }
                 Action::Abort {
                     rank,
                     exit_code,
-                    message,
+                    mut message,
                 } => {
+                    if message.starts_with("ibcoll watchdog:") && self.hang_since.is_some() {
+                        // The job's report instead of this rank's alone.
+                        self.print_hangs();
+                        if let Some(i) = message.find(" s: ") {
+                            message.truncate(i + 2);
+                            message.push_str(" (watchdog report above)");
+                        }
+                    }
                     let who = rank
                         .filter(|&r| r < self.ranks.len())
                         .map_or_else(|| "an unidentified rank".to_string(), |r| self.describe(r));
@@ -787,6 +846,9 @@ impl Job {
 
     fn check_clock(&mut self) {
         let now = Instant::now();
+        if self.hang_since.is_some_and(|t| now >= t + HANG_COLLECT) {
+            self.print_hangs();
+        }
         if let (Some((d, t)), None) = (self.deadline, &self.failure) {
             if now >= d {
                 let still: Vec<String> = self
