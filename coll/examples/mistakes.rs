@@ -18,6 +18,9 @@
 //!   can see the mistake, so a rank may also return `Ok` (it prints
 //!   `rank R: ok`), or lose a rank that saw it and gave up the call
 //!   (`PeerLost`); any other outcome is still unexpected.
+//! - `mistakes rootnext <bcast|scatter>`: the last rank passes one element
+//!   more than the root, then every rank calls a barrier (which every rank
+//!   must fail, the root too).
 //! - `mistakes p2p <recv|wait|sendrecv> SECONDS`: rank 0 waits for a
 //!   message from the last rank, which sleeps in user code first; the
 //!   others wait in a barrier (the watchdog must name the sleeper).
@@ -110,6 +113,25 @@ fn main() {
             }
             let r = c.barrier();
             report(&c, t, r, |e| e.is_hang())
+        }
+        "rootnext" => {
+            // A bcast or scatter (one node, the shared-memory fast path)
+            // where the last rank passes one element more than the root
+            // (rank 0): the root publishes and returns Ok, the last rank
+            // fails. Then a barrier: every rank must fail it, the root
+            // naming the rank that found the disagreement.
+            let k = 3 + usize::from(last);
+            let mut y = vec![0.0f64; k];
+            let first = match a(1) {
+                "scatter" => {
+                    let x = vec![1.0f64; k * n];
+                    c.scatter(&x, &mut y, 0)
+                }
+                _ => c.bcast(&mut y, 0),
+            };
+            println!("rank {me}: first call: {first:?}");
+            let r = c.barrier();
+            report(&c, t, r, mm)
         }
         "p2p" => {
             // Rank 0 waits for a message from the last rank, which sleeps

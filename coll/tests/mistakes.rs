@@ -387,3 +387,34 @@ fn the_watchdog_watches_point_to_point_waits() {
         }
     }
 }
+
+#[test]
+fn a_fast_path_root_fails_its_next_call_after_a_disagreement() {
+    // bcast and scatter roots publish and return before any reader can
+    // object (their own data is right); the reader that found the
+    // disagreement takes part in no later shared-memory call, so the
+    // barrier after it fails on every rank, the root naming that reader.
+    // (A scatter of 5 ranks does not fit a slot: every rank runs it as
+    // messages and the announcement fails all of them at once.)
+    for (coll, ns) in [("bcast", &[2, 3, 5][..]), ("scatter", &[2, 3][..])] {
+        for &n in ns {
+            let last = n - 1;
+            let t = expect_all(
+                n,
+                1,
+                &[],
+                &["rootnext", coll],
+                &["barrier: ranks disagree", &format!("rank {last} found the ranks disagree on shared-memory collective")],
+            );
+            assert!(t.contains("rank 0: first call: Ok(())"), "{t}");
+            assert!(
+                t.contains(&format!("rank {last}: first call: Err(Mismatch")),
+                "{t}"
+            );
+            assert!(
+                t.contains("rank 0: expected error") && t.contains("rank 0 cannot complete this call without it"),
+                "{t}"
+            );
+        }
+    }
+}

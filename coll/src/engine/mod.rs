@@ -639,6 +639,12 @@ pub(crate) struct FastSeq {
     /// claim when it looks at them; `seen` only grows), so that most
     /// claims need not look at every member.
     pub min_other: u64,
+    /// The fast-path call in which this process found the members disagree
+    /// (0: none): every later fast-path call publishes that instead of
+    /// taking part, so that the members that returned from it (a bcast or
+    /// scatter root publishes and goes on) fail too, naming it
+    /// (`crate::fastpath::FAIL_MARK`).
+    pub failed: u64,
 }
 
 impl FastSeq {
@@ -647,6 +653,7 @@ impl FastSeq {
             seq: 0,
             seen: vec![0; local_size],
             min_other: 0,
+            failed: 0,
         }
     }
 }

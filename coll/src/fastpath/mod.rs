@@ -67,6 +67,17 @@ const FLAG_SPIN: u32 = 256;
 /// path reads it and fails instead of waiting for data that never comes.
 pub(crate) const SCHEDULE_MARK: usize = 1 << 62;
 
+/// Set in a published length that is not data: the member found the
+/// members disagree in an earlier fast-path call (the rest of the value is
+/// its number) and takes part in no further one ([`FastCall::refuse`]). A
+/// member reading it fails naming that call: a bcast or scatter root, which
+/// returned from the call before any reader could object, learns it so at
+/// its next call that reads or waits for the member.
+pub(crate) const FAIL_MARK: usize = 1 << 61;
+
+/// Either mark: the published length is not data.
+const MARKS: usize = SCHEDULE_MARK | FAIL_MARK;
+
 /// Local rank of every member when a communicator of `group` (world ranks)
 /// qualifies for the fast paths, else `None`.
 pub(crate) fn eligible(e: &Engine, group: &[usize]) -> Option<Vec<usize>> {
@@ -278,6 +289,17 @@ impl<'a> FastCall<'a> {
     /// arguments differ could otherwise decide differently (one the fast
     /// path, the others messages: both would wait forever).
     pub fn announce_schedule(&mut self, bytes: usize) -> Result<()> {
+        if self.e.fast.failed != 0 {
+            return Err(self.refuse());
+        }
+        let r = self.announce(bytes);
+        if let Err(x) = &r {
+            self.note_failure(x);
+        }
+        r
+    }
+
+    fn announce(&mut self, bytes: usize) -> Result<()> {
         self.claim(0)?;
         self.claimed = SCHEDULE_MARK | bytes;
         self.publish();
@@ -299,6 +321,9 @@ impl<'a> FastCall<'a> {
     #[cold]
     #[inline(never)]
     pub fn decision_mismatch(&self, r: usize, got: usize, mine: usize) -> Error {
+        if got & FAIL_MARK != 0 {
+            return self.failed_before(r, (got & !FAIL_MARK) as u64);
+        }
         let say = |v: usize| {
             if v & SCHEDULE_MARK != 0 {
                 format!(
@@ -320,6 +345,66 @@ impl<'a> FastCall<'a> {
                 a_value: format!("\"{}\"", say(mine)),
                 b_value: format!("\"{}\"", say(got)),
             }),
+        }
+    }
+
+    /// Member `r` published [`FAIL_MARK`]: it found the members disagree
+    /// in fast-path call `k`.
+    #[cold]
+    #[inline(never)]
+    fn failed_before(&self, r: usize, k: u64) -> Error {
+        let w = self.group[r];
+        Error::Mismatch {
+            rank: self.e.rank(),
+            op: self.op,
+            call: crate::error::CALL_UNKNOWN,
+            a: w,
+            b: self.e.rank(),
+            values: Box::new(Disagreement {
+                what: String::new(),
+                a_value: format!(
+                    "found the ranks disagree on shared-memory collective {k} of this node (its error there names them) and takes part in no later one"
+                ),
+                b_value: "cannot complete this call without it".into(),
+            }),
+        }
+    }
+
+    /// This process found a disagreement in fast-path call
+    /// `self.e.fast.failed`: publishes [`FAIL_MARK`] with it for this call
+    /// instead of taking part, and fails it.
+    #[cold]
+    #[inline(never)]
+    fn refuse(&mut self) -> Error {
+        let k = self.e.fast.failed;
+        if self.claim(0).is_ok() {
+            self.claimed = FAIL_MARK | k as usize;
+            self.publish();
+        }
+        let me = self.e.rank();
+        Error::Mismatch {
+            rank: me,
+            op: self.op,
+            call: crate::error::CALL_UNKNOWN,
+            a: me,
+            b: me,
+            values: Box::new(Disagreement {
+                what: String::new(),
+                a_value: format!(
+                    "found the ranks disagree on shared-memory collective {k} of this node (see that error)"
+                ),
+                b_value: "therefore takes part in no later one".into(),
+            }),
+        }
+    }
+
+    /// Keeps the call's number when it failed because the members disagree
+    /// (see [`FastSeq::failed`](crate::engine::FastSeq)).
+    #[cold]
+    #[inline(never)]
+    fn note_failure(&mut self, e: &Error) {
+        if e.is_mismatch() && self.e.fast.failed == 0 {
+            self.e.fast.failed = self.k;
         }
     }
 
@@ -374,18 +459,23 @@ impl<'a> FastCall<'a> {
         self.wait_seq(r, self.k)?;
         let l = self.locals[r];
         let len = self.area.header(l, self.k).len();
-        if len & SCHEDULE_MARK != 0 {
+        if len & MARKS != 0 {
             return Err(self.decision_mismatch(r, len, self.claimed));
         }
         let len = len.min(self.area.capacity());
         Ok((self.area.data(l, self.k, len), len))
     }
 
-    /// Waits until every member has published this call.
+    /// Waits until every member has published this call (failing if one
+    /// published [`FAIL_MARK`]: the length shares the line just polled).
     pub fn wait_all(&mut self) -> Result<()> {
         for r in 0..self.size() {
             if r != self.me {
                 self.wait_seq(r, self.k)?;
+                let len = self.area.header(self.locals[r], self.k).len();
+                if len & FAIL_MARK != 0 {
+                    return Err(self.failed_before(r, (len & !FAIL_MARK) as u64));
+                }
             }
         }
         Ok(())
@@ -626,6 +716,17 @@ pub(crate) fn bytes_needed(c: crate::algorithms::Collective, io: &FastIo, n: usi
 
 /// Runs the fast path of `c`.
 pub(crate) fn run(c: crate::algorithms::Collective, f: &mut FastCall, io: &FastIo) -> Result<()> {
+    if f.e.fast.failed != 0 {
+        return Err(f.refuse());
+    }
+    let r = run_call(c, f, io);
+    if let Err(x) = &r {
+        f.note_failure(x);
+    }
+    r
+}
+
+fn run_call(c: crate::algorithms::Collective, f: &mut FastCall, io: &FastIo) -> Result<()> {
     use crate::algorithms::Collective::*;
     match c {
         Barrier => barrier::run(f),
