@@ -5,8 +5,9 @@
 //!
 //! - `mistakes allreduce4`: rank 0 allreduces 4 doubles, the others 100,000.
 //! - `mistakes bcastroot`: rank 0 says root 0, the others root 1.
-//! - `mistakes leave`: the last rank returns from `main` without calling
-//!   the allreduce the others call (they get `PeerLost` naming allreduce).
+//! - `mistakes leave [COLL [nb]]`: the last rank returns from `main` without
+//!   calling the allreduce (or COLL) the others call (they get `PeerLost`
+//!   naming it).
 //! - `mistakes <collective> <count|root|op|type|coll> [nb]`: the last rank
 //!   passes one more element / another root / max instead of sum / i64
 //!   instead of f64 / calls another collective; `nb` uses the
@@ -70,7 +71,7 @@ fn main() {
     let last = me + 1 == n;
     let t = std::time::Instant::now();
     let a = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
-    let nb = args.iter().skip(2).any(|x| x == "nb");
+    let nb = args.iter().skip(1).any(|x| x == "nb");
     let cheap = args.iter().skip(2).any(|x| x == "cheap");
     let mm: fn(&Error) -> bool = |e| e.is_mismatch();
     let code = match a(0) {
@@ -95,12 +96,32 @@ fn main() {
             }
             let x = [1.0f64; 4];
             let mut y = [0.0f64; 4];
-            let r = c.allreduce(&x, &mut y, ReduceOp::Sum);
+            let (name, r) = match a(1) {
+                "" => ("allreduce", c.allreduce(&x, &mut y, ReduceOp::Sum)),
+                // `leave COLL [nb]`: the others call COLL without mistake.
+                coll => (coll, mistake(&c, coll, "", false, nb)),
+            };
+            match &r {
+                // A rank that did not need the one that left (a bcast
+                // reader fed by the root) completes.
+                Ok(()) if !a(1).is_empty() => {
+                    println!("rank {me}: ok");
+                    drop(c);
+                    return;
+                }
+                Err(e)
+                    if !e.to_string().contains(&format!(": {name} with rank"))
+                        && !e.to_string().contains(&format!(": {name}: no progress")) =>
+                {
+                    println!("rank {me}: UNEXPECTED: the error does not name {name}: {e}");
+                    drop(c);
+                    std::process::exit(3)
+                }
+                _ => {}
+            }
             // Across nodes the leaving rank may never have connected to
             // the others: only the watchdog ends their wait.
-            report(&c, t, r, |e| {
-                (e.is_peer_lost() || e.is_hang()) && e.to_string().contains("allreduce")
-            })
+            report(&c, t, r, |e| e.is_peer_lost() || e.is_hang())
         }
         "sleep" => {
             let secs: u64 = a(1).parse().unwrap_or(10);

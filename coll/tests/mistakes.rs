@@ -418,3 +418,39 @@ fn a_fast_path_root_fails_its_next_call_after_a_disagreement() {
         }
     }
 }
+
+#[test]
+fn a_rank_that_left_is_named_with_every_collective_called() {
+    // The last rank leaves; the others call each collective (blocking or
+    // nonblocking, 3 or 4 ranks on one node): whoever needed it fails
+    // naming the collective it called (a rank that did not need it may
+    // complete).
+    let colls = [
+        "barrier", "bcast", "reduce", "allreduce", "gather", "gatherv", "scatter", "scatterv",
+        "allgather", "allgatherv", "alltoall", "alltoallv", "reduce_scatter",
+        "reduce_scatter_block", "scan", "exscan",
+    ];
+    for (i, coll) in colls.iter().enumerate() {
+        for nb in [false, true] {
+            let n = 3 + (i + usize::from(nb)) % 2;
+            let ns = n.to_string();
+            let mut args = vec!["leave", coll];
+            if nb {
+                args.push("nb");
+            }
+            let o = run_job(BOUND, &["-n", &ns], "mistakes", &args);
+            let t = text(&o);
+            assert!(o.status.success(), "{args:?} on {n} ranks:\n{t}");
+            // (The example itself fails the job on an error that does not
+            // name the collective.) Where rank 0 needs the last rank's
+            // data, some rank must fail; a bcast, scatter or scan from
+            // rank 0 may complete on every rank that stayed.
+            let needed = !matches!(*coll, "bcast" | "scatter" | "scatterv" | "scan" | "exscan");
+            let named = format!(": {coll} with rank");
+            assert!(
+                !needed || t.lines().any(|l| l.contains("expected error") && l.contains(&named)),
+                "{args:?}: no error naming {coll}:\n{t}"
+            );
+        }
+    }
+}
