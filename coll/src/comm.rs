@@ -351,7 +351,10 @@ impl Comm {
         if let (Some(waited), None) = (hung, e.st.matcher.peek_unexpected(ctx, src, tag)) {
             let (what, peers) = match peer {
                 Some(p) => (format!("probe for a message from rank {p}"), vec![p]),
-                None => ("probe for a message from any rank".into(), self.group.to_vec()),
+                None => (
+                    "probe for a message from any rank".into(),
+                    self.group.to_vec(),
+                ),
             };
             return Err(e.hang_error(Op::Probe, &what, &peers, waited));
         }

@@ -154,8 +154,16 @@ const CASES: &[(&str, &str, &str)] = &[
     ("exscan", "count", "bytes per rank"),
     ("exscan", "op", "reduction operation"),
     ("exscan", "type", "element type"),
-    ("alltoallv", "count", "sends 32 bytes to rank 0, rank 0 expects 24 bytes"),
-    ("alltoallv", "less", "sends 16 bytes to rank 0, rank 0 expects 24 bytes"),
+    (
+        "alltoallv",
+        "count",
+        "sends 32 bytes to rank 0, rank 0 expects 24 bytes",
+    ),
+    (
+        "alltoallv",
+        "less",
+        "sends 16 bytes to rank 0, rank 0 expects 24 bytes",
+    ),
 ];
 
 fn cases(part: usize, parts: usize) {
@@ -266,7 +274,11 @@ fn the_watchdog_aborts_the_job_when_told_to() {
     assert!(!o.status.success(), "{t}");
     assert!(t.contains("called abort with exit code 70"), "{t}");
     // ibrun's report, once, instead of the aborting rank's own.
-    assert_eq!(t.matches("watchdog report (IBCOLL_HANG_TIMEOUT)").count(), 1, "{t}");
+    assert_eq!(
+        t.matches("watchdog report (IBCOLL_HANG_TIMEOUT)").count(),
+        1,
+        "{t}"
+    );
     assert!(t.contains("ibrun:   rank 1: not waiting in ibcoll"), "{t}");
 }
 
@@ -281,9 +293,15 @@ fn ibrun_prints_one_grouped_watchdog_report() {
         &["sleep", "8"],
         &["barrier: no progress for 2 s"],
     );
-    assert_eq!(t.matches("watchdog report (IBCOLL_HANG_TIMEOUT)").count(), 1, "{t}");
+    assert_eq!(
+        t.matches("watchdog report (IBCOLL_HANG_TIMEOUT)").count(),
+        1,
+        "{t}"
+    );
     assert!(
-        t.contains("ibrun:   ranks 0-2: waiting in barrier (shared-memory call 1) for rank 3 (waited 2."),
+        t.contains(
+            "ibrun:   ranks 0-2: waiting in barrier (shared-memory call 1) for rank 3 (waited 2."
+        ),
         "{t}"
     );
     assert!(
@@ -300,7 +318,11 @@ fn ibrun_prints_one_grouped_watchdog_report() {
         &["p2p", "recv", "8"],
         &["no progress for 2 s"],
     );
-    assert_eq!(t.matches("watchdog report (IBCOLL_HANG_TIMEOUT)").count(), 1, "{t}");
+    assert_eq!(
+        t.matches("watchdog report (IBCOLL_HANG_TIMEOUT)").count(),
+        1,
+        "{t}"
+    );
     for l in [
         "ibrun:   rank 0: waiting in recv (receive of up to 8 bytes from rank 2) for rank 2",
         "ibrun:   rank 1: waiting in barrier (",
@@ -318,11 +340,36 @@ fn v_collective_counts_are_checked_without_ibcoll_check() {
     // (collective, mistake, the rank that must see it (None: the last),
     // what it must say ({s}: the sender, {r}: the receiver)).
     let cases: &[(&str, &str, Option<usize>, &str)] = &[
-        ("alltoallv", "count", Some(0), "rank {s} sends 32 bytes to rank 0, rank 0 expects 24 bytes from rank {s}"),
-        ("alltoallv", "less", Some(0), "rank {s} sends 16 bytes to rank 0, rank 0 expects 24 bytes from rank {s}"),
-        ("gatherv", "count", Some(0), "bytes to rank 0, rank 0 expects"),
-        ("scatterv", "count", None, "rank 0 sends 24 bytes to rank {r}, rank {r} expects 32 bytes from rank 0"),
-        ("allgatherv", "count", Some(0), "bytes to rank 0, rank 0 expects"),
+        (
+            "alltoallv",
+            "count",
+            Some(0),
+            "rank {s} sends 32 bytes to rank 0, rank 0 expects 24 bytes from rank {s}",
+        ),
+        (
+            "alltoallv",
+            "less",
+            Some(0),
+            "rank {s} sends 16 bytes to rank 0, rank 0 expects 24 bytes from rank {s}",
+        ),
+        (
+            "gatherv",
+            "count",
+            Some(0),
+            "bytes to rank 0, rank 0 expects",
+        ),
+        (
+            "scatterv",
+            "count",
+            None,
+            "rank 0 sends 24 bytes to rank {r}, rank {r} expects 32 bytes from rank 0",
+        ),
+        (
+            "allgatherv",
+            "count",
+            Some(0),
+            "bytes to rank 0, rank 0 expects",
+        ),
     ];
     for (i, &(coll, kind, who, what)) in cases.iter().enumerate() {
         for j in 0..2 {
@@ -342,7 +389,10 @@ fn v_collective_counts_are_checked_without_ibcoll_check() {
             let nn = nodes.to_string();
             let o = run_job(BOUND, &["-n", &ns, "--nodes", &nn], "mistakes", &args);
             let t = text(&o);
-            assert!(o.status.success(), "{args:?} on {n} ranks, {nodes} node(s):\n{t}");
+            assert!(
+                o.status.success(),
+                "{args:?} on {n} ranks, {nodes} node(s):\n{t}"
+            );
             let line = format!("rank {r}: expected error");
             let l = t
                 .lines()
@@ -404,7 +454,10 @@ fn a_fast_path_root_fails_its_next_call_after_a_disagreement() {
                 1,
                 &[],
                 &["rootnext", coll],
-                &["barrier: ranks disagree", &format!("rank {last} found the ranks disagree on shared-memory collective")],
+                &[
+                    "barrier: ranks disagree",
+                    &format!("rank {last} found the ranks disagree on shared-memory collective"),
+                ],
             );
             assert!(t.contains("rank 0: first call: Ok(())"), "{t}");
             assert!(
@@ -412,7 +465,8 @@ fn a_fast_path_root_fails_its_next_call_after_a_disagreement() {
                 "{t}"
             );
             assert!(
-                t.contains("rank 0: expected error") && t.contains("rank 0 cannot complete this call without it"),
+                t.contains("rank 0: expected error")
+                    && t.contains("rank 0 cannot complete this call without it"),
                 "{t}"
             );
         }
@@ -426,9 +480,22 @@ fn a_rank_that_left_is_named_with_every_collective_called() {
     // naming the collective it called (a rank that did not need it may
     // complete).
     let colls = [
-        "barrier", "bcast", "reduce", "allreduce", "gather", "gatherv", "scatter", "scatterv",
-        "allgather", "allgatherv", "alltoall", "alltoallv", "reduce_scatter",
-        "reduce_scatter_block", "scan", "exscan",
+        "barrier",
+        "bcast",
+        "reduce",
+        "allreduce",
+        "gather",
+        "gatherv",
+        "scatter",
+        "scatterv",
+        "allgather",
+        "allgatherv",
+        "alltoall",
+        "alltoallv",
+        "reduce_scatter",
+        "reduce_scatter_block",
+        "scan",
+        "exscan",
     ];
     for (i, coll) in colls.iter().enumerate() {
         for nb in [false, true] {
@@ -448,7 +515,9 @@ fn a_rank_that_left_is_named_with_every_collective_called() {
             let needed = !matches!(*coll, "bcast" | "scatter" | "scatterv" | "scan" | "exscan");
             let named = format!(": {coll} with rank");
             assert!(
-                !needed || t.lines().any(|l| l.contains("expected error") && l.contains(&named)),
+                !needed
+                    || t.lines()
+                        .any(|l| l.contains("expected error") && l.contains(&named)),
                 "{args:?}: no error naming {coll}:\n{t}"
             );
         }

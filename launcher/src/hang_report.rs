@@ -90,10 +90,19 @@ mod tests {
     fn identical_states_are_one_line() {
         let mut st = BTreeMap::new();
         for r in 1..4 {
-            st.insert(r, "waiting_in_barrier_(call_1)_for_rank_0|0|2.5".to_string());
+            st.insert(
+                r,
+                "waiting_in_barrier_(call_1)_for_rank_0|0|2.5".to_string(),
+            );
         }
-        st.insert(5, "waiting_in_barrier_(call_1)_for_rank_0|0|2.0".to_string());
-        st.insert(6, "finalizing_(it_called_no_further_collective)".to_string());
+        st.insert(
+            5,
+            "waiting_in_barrier_(call_1)_for_rank_0|0|2.0".to_string(),
+        );
+        st.insert(
+            6,
+            "finalizing_(it_called_no_further_collective)".to_string(),
+        );
         let l = lines(8, &st, |_| "in user code".into());
         assert_eq!(
             l,

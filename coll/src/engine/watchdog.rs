@@ -79,7 +79,10 @@ impl Engine {
         let (what, peers) = match self.st.ops.get(tok).map(|o| &o.kind) {
             Some(OpKind::Recv {
                 peer: Some(p), cap, ..
-            }) => (format!("receive of up to {cap} bytes from rank {p}"), vec![*p]),
+            }) => (
+                format!("receive of up to {cap} bytes from rank {p}"),
+                vec![*p],
+            ),
             Some(OpKind::Recv { group, cap, .. }) => (
                 format!("receive of up to {cap} bytes from any rank"),
                 group.to_vec(),
@@ -173,7 +176,9 @@ impl Engine {
                     let mut parts = v.split('|');
                     let text = parts.next().unwrap_or("").replace('_', " ");
                     match parts.nth(1) {
-                        Some(secs) => report.push_str(&format!("; rank {r} is {text} for {secs} s")),
+                        Some(secs) => {
+                            report.push_str(&format!("; rank {r} is {text} for {secs} s"))
+                        }
                         None => report.push_str(&format!("; rank {r} is {text}")),
                     }
                 }

@@ -263,12 +263,7 @@ impl Run {
                     call: CALL_UNKNOWN,
                     a: from,
                     b: me,
-                    values: Box::new(Disagreement::transfer(
-                        from,
-                        me,
-                        st.len as u64,
-                        *cap as u64,
-                    )),
+                    values: Box::new(Disagreement::transfer(from, me, st.len as u64, *cap as u64)),
                 })
             }
             _ => None,

@@ -311,7 +311,10 @@ impl Job {
         let ranks = &self.ranks;
         let lines = hang_report::lines(ranks.len(), &self.hangs, |r| match &ranks[r] {
             x if x.finalized => "finalized".into(),
-            Rank { end: Some(End::Code(c)), .. } => format!("exited with status {c}"),
+            Rank {
+                end: Some(End::Code(c)),
+                ..
+            } => format!("exited with status {c}"),
             Rank {
                 end: Some(End::Signal(g)),
                 ..
