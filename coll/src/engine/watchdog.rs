@@ -131,8 +131,11 @@ impl Engine {
                 let v = format!(
                     "{}|{}|{:.1}",
                     wire_safe(&doing),
+                    // At most REPORT_MAX, so the value stays within
+                    // PMI's 1024 bytes (an any-source wait waits for all).
                     ranks
                         .iter()
+                        .take(REPORT_MAX)
                         .map(|r| r.to_string())
                         .collect::<Vec<_>>()
                         .join(","),
@@ -218,17 +221,22 @@ pub(crate) fn publish_finalizing(p: &mut ibcoll_launcher::Pmi, rank: usize) {
     let _ = p.put_raw(&key(rank), "finalizing_(it_called_no_further_collective)");
 }
 
-/// `[1, 2, 3]`, or `rank 4`.
+/// `ranks 1, 2, 3`, or `rank 4`; past [`REPORT_MAX`] ranks, `and N more`.
 fn list(r: &[usize]) -> String {
     match r {
         [one] => format!("rank {one}"),
-        _ => format!(
-            "ranks {}",
-            r.iter()
+        _ => {
+            let mut s = r
+                .iter()
+                .take(REPORT_MAX)
                 .map(|x| x.to_string())
                 .collect::<Vec<_>>()
-                .join(", ")
-        ),
+                .join(", ");
+            if r.len() > REPORT_MAX {
+                s.push_str(&format!(" and {} more", r.len() - REPORT_MAX));
+            }
+            format!("ranks {s}")
+        }
     }
 }
 
