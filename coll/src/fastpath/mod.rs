@@ -714,7 +714,10 @@ pub(crate) fn bytes_needed(c: crate::algorithms::Collective, io: &FastIo, n: usi
     }
 }
 
-/// Runs the fast path of `c`.
+/// Runs the fast path of `c`. Inlined with the dispatch below into every
+/// blocking collective, whose `c` is a constant there: the call goes
+/// straight to its collective's fast path.
+#[inline(always)]
 pub(crate) fn run(c: crate::algorithms::Collective, f: &mut FastCall, io: &FastIo) -> Result<()> {
     if f.e.fast.failed != 0 {
         return Err(f.refuse());
@@ -726,6 +729,7 @@ pub(crate) fn run(c: crate::algorithms::Collective, f: &mut FastCall, io: &FastI
     r
 }
 
+#[inline(always)]
 fn run_call(c: crate::algorithms::Collective, f: &mut FastCall, io: &FastIo) -> Result<()> {
     use crate::algorithms::Collective::*;
     match c {
