@@ -25,7 +25,9 @@ pub const REGISTRY: &[Entry] = &[
     e("IBCOLL_TRANSPORT", "auto", "channels to use: auto (shm on a node; rdma between nodes when a usable verbs device exists, else tcp), tcp (tcp everywhere, for testing) or rdma (rdma between every pair of ranks; an error without verbs)"),
     e("IBCOLL_EAGER_LIMIT", "32768", "shm: largest message (bytes) copied through the ring; larger ones use rendezvous (single copy by CMA); measured crossover on this machine is above 32 KiB"),
     e("IBCOLL_TCP_EAGER_LIMIT", "65536", "tcp: largest message (bytes) sent eagerly; larger ones use rendezvous (streamed into the user buffer)"),
-    e("IBCOLL_SHM_BOX_BYTES", "4096", "capacity of each shm fast box (power of two, at least 1024): one small ring per ordered pair of local ranks for records up to half its size; larger records, and any while the box is full, go to the receiver's queue"),
+    e("IBCOLL_SHM_BOX_BYTES", "4096", "capacity of each shm fast box (power of two, at least 1024): a small ring a receiver grants one sender, for records up to half its size; larger records, and any while the box is full, go to the receiver's queue"),
+    e("IBCOLL_SHM_BOXES", "32", "shm fast boxes per receiving rank: it grants them to the first senders that queued it IBCOLL_SHM_BOX_AFTER records, and polls only those (the others' records all go through its receive queue)"),
+    e("IBCOLL_SHM_BOX_AFTER", "16", "records a local sender puts into a rank's receive queue before that rank grants it a fast box (while it has one left); 0 = at the first"),
     e("IBCOLL_SHM_QUEUE_BYTES", "262144", "capacity of each local rank's shm receive queue (power of two, at least 2 * (eager limit + 64)), written by every other rank of the node"),
     e("IBCOLL_SHM_PIPE_SLOTS", "4", "slots per pipelined-copy area (used when CMA is unavailable)"),
     e("IBCOLL_SHM_PIPE_CHUNK", "65536", "bytes per pipelined-copy slot (multiple of 64)"),
@@ -141,6 +143,10 @@ pub struct Config {
     pub eager_limit: usize,
     pub tcp_eager_limit: usize,
     pub ring_bytes: usize,
+    /// Fast boxes per receiving rank (`IBCOLL_SHM_BOXES`).
+    pub shm_boxes: usize,
+    /// Queued records before a sender is granted a box.
+    pub shm_box_after: u32,
     pub queue_bytes: usize,
     pub pipe_slots: usize,
     pub pipe_chunk: usize,
@@ -263,6 +269,8 @@ impl Config {
                 "must be a power of two between 1024 and 2^31",
             ));
         }
+        let shm_boxes = to_usize("IBCOLL_SHM_BOXES", 1 << 20)?;
+        let shm_box_after = to_usize("IBCOLL_SHM_BOX_AFTER", u32::MAX as u64)? as u32;
         let queue_bytes = to_usize("IBCOLL_SHM_QUEUE_BYTES", 1 << 31)?;
         if ibcoll_shm::queue::check_capacity(queue_bytes).is_err() {
             return Err(bad(
@@ -345,6 +353,8 @@ impl Config {
             eager_limit,
             tcp_eager_limit,
             ring_bytes,
+            shm_boxes,
+            shm_box_after,
             queue_bytes,
             pipe_slots,
             pipe_chunk,

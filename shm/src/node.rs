@@ -154,27 +154,50 @@ impl NodeSegment {
         self.pid_slot(rank).load(Ordering::Acquire)
     }
 
-    /// Producer end of the ring `from -> to`.
+    /// Producer end of local rank `to`'s fast box `index`.
     ///
     /// # Safety
-    /// Called only by rank `from`, with at most one live producer per ring,
-    /// and the handle is dropped before `self`.
-    pub unsafe fn ring_producer(&self, from: usize, to: usize) -> Result<RingProducer> {
-        let base = self.ptr(self.layout.ring_offset(from, to));
+    /// Called only by the rank `to` granted the box to, with at most one
+    /// live producer per box, and the handle is dropped before `self`.
+    pub unsafe fn box_producer(&self, to: usize, index: usize) -> Result<RingProducer> {
+        let base = self.ptr(self.box_offset(to, index)?);
         // SAFETY: the region lies inside the mapping and is a ring of this
         // capacity from creation on; uniqueness and lifetime are the caller's.
         unsafe { RingProducer::new(base, self.layout.ring_bytes()) }
     }
 
-    /// Consumer end of the ring `from -> to`.
+    /// Consumer end of local rank `to`'s fast box `index`.
     ///
     /// # Safety
-    /// Called only by rank `to`, with at most one live consumer per ring,
+    /// Called only by rank `to`, with at most one live consumer per box,
     /// and the handle is dropped before `self`.
-    pub unsafe fn ring_consumer(&self, from: usize, to: usize) -> Result<RingConsumer> {
-        let base = self.ptr(self.layout.ring_offset(from, to));
-        // SAFETY: as in `ring_producer`.
+    pub unsafe fn box_consumer(&self, to: usize, index: usize) -> Result<RingConsumer> {
+        let base = self.ptr(self.box_offset(to, index)?);
+        // SAFETY: as in `box_producer`.
         unsafe { RingConsumer::new(base, self.layout.ring_bytes()) }
+    }
+
+    fn box_offset(&self, to: usize, index: usize) -> Result<usize> {
+        self.layout.check_rank_pub(to)?;
+        if index >= self.layout.boxes() {
+            return Err(ShmError::Invalid(format!(
+                "fast box {index} of local rank {to}: it has {}",
+                self.layout.boxes()
+            )));
+        }
+        Ok(self.layout.box_offset(to, index))
+    }
+
+    /// The word in which local rank `to` names the fast box it granted
+    /// local rank `from`: index + 1, 0 while none (written by `to` alone,
+    /// with Release, after it made its consumer end).
+    ///
+    /// # Panics
+    /// If `from == to` or either is not a local rank.
+    pub fn box_grant(&self, to: usize, from: usize) -> &AtomicU64 {
+        // SAFETY: an aligned u64 inside the mapping, zeroed at creation,
+        // only accessed atomically, living as long as `self`.
+        unsafe { &*(self.ptr(self.layout.grant_offset(to, from)) as *const AtomicU64) }
     }
 
     /// Producer `from`'s handle on local rank `to`'s receive queue; fails
