@@ -16,6 +16,7 @@
 #![warn(missing_docs)]
 
 pub mod backoff;
+mod cells;
 pub mod cma;
 pub mod doorbell;
 pub mod error;

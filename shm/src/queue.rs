@@ -41,8 +41,9 @@
 use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::cells::{self, Cells, CELL};
 use crate::error::{Result, ShmError};
-use crate::layout::{CACHE_LINE, FALSE_SHARING_STRIDE};
+use crate::layout::FALSE_SHARING_STRIDE;
 
 /// Smallest queue capacity accepted.
 pub const MIN_CAPACITY: usize = 4096;
@@ -53,7 +54,6 @@ pub const MAX_CAPACITY: usize = 1 << 31;
 /// Largest producer id a header can carry.
 pub const MAX_PRODUCER: usize = (1 << 24) - 1;
 
-const CELL: usize = CACHE_LINE;
 const RESERVE_OFF: usize = 0;
 const RELEASE_OFF: usize = FALSE_SHARING_STRIDE;
 const HEADERS_OFF: usize = 2 * FALSE_SHARING_STRIDE;
@@ -69,12 +69,7 @@ pub fn region_len(capacity: usize) -> usize {
 /// Checks that `capacity` is a power of two in
 /// [`MIN_CAPACITY`]`..=`[`MAX_CAPACITY`].
 pub fn check_capacity(capacity: usize) -> Result<()> {
-    if !capacity.is_power_of_two() || !(MIN_CAPACITY..=MAX_CAPACITY).contains(&capacity) {
-        return Err(ShmError::Invalid(format!(
-            "queue capacity {capacity} must be a power of two in {MIN_CAPACITY}..={MAX_CAPACITY}"
-        )));
-    }
-    Ok(())
+    cells::check_capacity(capacity, MIN_CAPACITY, MAX_CAPACITY, "queue")
 }
 
 /// Largest payload a queue of `capacity` bytes takes in one record: half
@@ -94,34 +89,29 @@ fn encode(kind: u64, len: u64, src: u64) -> u64 {
 
 #[derive(Debug)]
 struct Raw {
-    base: *mut u8,
-    mask: u64,
-    cells: u64,
+    c: Cells,
 }
 
 impl Raw {
     /// # Safety
     /// As for [`QueueProducer::new`].
     unsafe fn new(base: *mut u8, capacity: usize) -> Result<Raw> {
-        check_capacity(capacity)?;
-        if base.is_null() || base as usize % CELL != 0 {
-            return Err(ShmError::Invalid(format!(
-                "queue base {base:p} is not {CELL}-byte aligned"
-            )));
-        }
-        let cells = (capacity / CELL) as u64;
-        Ok(Raw {
-            base,
-            mask: cells - 1,
-            cells,
-        })
+        // SAFETY: forwarded contract.
+        let c = unsafe {
+            Cells::new(
+                base,
+                region_len(capacity),
+                capacity,
+                MIN_CAPACITY,
+                MAX_CAPACITY,
+                "queue",
+            )?
+        };
+        Ok(Raw { c })
     }
 
     fn word(&self, off: usize) -> &AtomicU64 {
-        // SAFETY: callers pass offsets of 8-aligned words inside the region,
-        // which the constructor's contract keeps mapped for the handle's
-        // life; all concurrent access to these words is atomic.
-        unsafe { &*(self.base.add(off) as *const AtomicU64) }
+        self.c.word(off)
     }
 
     fn reserve(&self) -> &AtomicU64 {
@@ -133,18 +123,16 @@ impl Raw {
     }
 
     fn cell_ptr(&self, pos: u64) -> *mut u8 {
-        let idx = (pos & self.mask) as usize;
-        let data_off = HEADERS_OFF + self.cells as usize * 8;
-        // SAFETY: idx < cells, so the cell lies inside the data area.
-        unsafe { self.base.add(data_off + idx * CELL) }
+        let data_off = HEADERS_OFF + self.c.cells as usize * 8;
+        self.c.at(data_off + self.c.index(pos) * CELL)
     }
 
     fn header(&self, pos: u64) -> &AtomicU64 {
-        self.word(HEADERS_OFF + (pos & self.mask) as usize * 8)
+        self.word(HEADERS_OFF + self.c.index(pos) * 8)
     }
 
     fn max_record(&self) -> usize {
-        max_record_for(self.cells as usize * CELL)
+        max_record_for(self.c.capacity())
     }
 }
 
@@ -206,14 +194,14 @@ impl QueueProducer {
         }
         let t = self.raw.reserve().load(Ordering::Relaxed);
         let total = self.placement(t, len).0;
-        t + total <= self.released() + self.raw.cells
+        t + total <= self.released() + self.raw.c.cells
     }
 
     /// Cells to reserve at `t` for `len` bytes, and the padding among them.
     #[inline]
     fn placement(&self, t: u64, len: usize) -> (u64, u64) {
         let n = cells_for(len);
-        let to_end = self.raw.cells - (t & self.raw.mask);
+        let to_end = self.raw.c.to_end(t);
         let pad = if n > to_end { to_end } else { 0 };
         (pad + n, pad)
     }
@@ -236,8 +224,8 @@ impl QueueProducer {
         let mut t = self.raw.reserve().load(Ordering::Relaxed);
         let (total, pad) = loop {
             let (total, pad) = self.placement(t, len);
-            if t + total > self.cached_released + self.raw.cells
-                && t + total > self.released() + self.raw.cells
+            if t + total > self.cached_released + self.raw.c.cells
+                && t + total > self.released() + self.raw.c.cells
             {
                 return None;
             }
