@@ -61,6 +61,7 @@ pub const REGISTRY: &[Entry] = &[
     e("IBCOLL_RDMA_PID_CHECK", "on", "rdma: also check the pid of peers on the same host (virtual nodes) every IBCOLL_BLOCK_MS; off leaves dead-peer detection to the verbs heartbeat"),
     e("IBCOLL_CHECK", "0", "1: before every collective the ranks of the communicator exchange its signature (collective, root, bytes per rank, reduction operation and type, call number; one small internal allgather per call) and a disagreement fails every rank with Error::Mismatch naming both ranks and both values; 0: only the checks that cost nothing measurable"),
     e("IBCOLL_HANG_TIMEOUT", "0", "seconds a blocking collective or wait may wait before the watchdog reports which ranks it waits for and what each is doing (collective and call number, or in user code), then fails with Error::Hang; 0 = off"),
+    e("IBCOLL_TEST_DIE_MID_QUEUE", "0", "test hook: this rank kills itself (SIGKILL) after reserving its N-th record in some local rank's receive queue, before publishing it (0: never)"),
     e("IBCOLL_HANG_ACTION", "error", "what the watchdog does after its report: error (the call returns Error::Hang) or abort (the job is aborted through the process manager)"),
     e("IBCOLL_TUNING_FILE", "", "collectives: JSON selection table tried before the built-in one (format in docs/COLLECTIVES.md); an unreadable or invalid file is an error at the first collective"),
     e("IBCOLL_BARRIER_ALGORITHM", "auto", "force the barrier algorithm: auto (selection table) or one of dissemination, tree, node_aware, shm (shared-memory fast path: blocking calls on a communicator that is one whole node; others take the table's best schedule)"),
@@ -176,6 +177,8 @@ pub struct Config {
     pub hang_timeout: Option<Duration>,
     /// Abort the job instead of returning `Error::Hang`.
     pub hang_abort: bool,
+    /// Test hook (`IBCOLL_TEST_DIE_MID_QUEUE`).
+    pub test_die_mid_queue: u64,
     pub rdma: RdmaConfig,
 }
 
@@ -383,6 +386,7 @@ impl Config {
             check,
             hang_timeout,
             hang_abort,
+            test_die_mid_queue: to_usize("IBCOLL_TEST_DIE_MID_QUEUE", u64::MAX)? as u64,
             rdma: RdmaConfig::from_env()?,
         })
     }

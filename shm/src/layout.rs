@@ -6,6 +6,7 @@
 //! pids_off          one 16-byte slot per local rank: pid, world rank, flags
 //! queues_off        one receive queue per local rank (MPSC, `queue_bytes`)
 //! owners_off        one 128-byte pipe-owner line per local rank
+//! intents_off       one 128-byte queue intent line per local rank
 //! grants_off        per local rank, one word per sender: the fast box
 //!                   it granted that sender (0: none yet)
 //! rings_off         per local rank, a pool of `boxes` fast boxes (SPSC
@@ -86,6 +87,7 @@ pub struct NodeLayout {
     queues_off: usize,
     queue_stride: usize,
     owners_off: usize,
+    intents_off: usize,
     grants_off: usize,
     grant_stride: usize,
     boxes: usize,
@@ -143,6 +145,8 @@ impl NodeLayout {
         end = area_end(queues_off, n, queue_stride).ok_or_else(|| invalid("overflow"))?;
         let owners_off = end;
         end = area_end(owners_off, n, FALSE_SHARING_STRIDE).ok_or_else(|| invalid("overflow"))?;
+        let intents_off = end;
+        end = area_end(intents_off, n, queue::INTENT_BYTES).ok_or_else(|| invalid("overflow"))?;
 
         let grant_stride = align_up(n * 8, FALSE_SHARING_STRIDE);
         let grants_off = end;
@@ -190,6 +194,7 @@ impl NodeLayout {
             queues_off,
             queue_stride,
             owners_off,
+            intents_off,
             grants_off,
             grant_stride,
             boxes,
@@ -266,6 +271,13 @@ impl NodeLayout {
     pub fn pipe_owner_offset(&self, rank: usize) -> usize {
         self.check_rank(rank);
         self.owners_off + rank * FALSE_SHARING_STRIDE
+    }
+
+    /// Offset of local rank `rank`'s queue intent line
+    /// ([`queue::INTENT_BYTES`]): what it is reserving in some queue now.
+    pub fn intent_offset(&self, rank: usize) -> usize {
+        self.check_rank(rank);
+        self.intents_off + rank * queue::INTENT_BYTES
     }
 
     /// Offset of fast box `index` (< [`boxes`](Self::boxes)) of local rank
@@ -383,6 +395,7 @@ mod tests {
             assert_eq!(qo % FALSE_SHARING_STRIDE, 0);
             regions.push((qo, queue::region_len(8192)));
             regions.push((l.pipe_owner_offset(r), FALSE_SHARING_STRIDE));
+            regions.push((l.intent_offset(r), queue::INTENT_BYTES));
             let po = l.pipe_offset(r).unwrap();
             assert_eq!(po % PAGE, 0);
             regions.push((po, pipeline::region_len(2, 8192).unwrap()));

@@ -40,7 +40,7 @@ pub use header::SegmentHeader;
 pub use layout::{LayoutParams, NodeLayout, CACHE_LINE, PAGE};
 pub use node::NodeSegment;
 pub use pipeline::{PipeReceiver, PipeSender};
-pub use queue::{QueueConsumer, QueueProducer, QueueRecord};
+pub use queue::{Intent, QueueConsumer, QueueProducer, QueueRecord};
 pub use ring::{RecordRef, RingConsumer, RingProducer};
 pub use rndv::{ClaimSlot, CLAIM_SLOTS};
 pub use segment::{cleanup_job, segment_name, Segment, SHM_DIR};

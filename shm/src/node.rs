@@ -15,7 +15,7 @@ use crate::error::{Result, ShmError};
 use crate::header::SegmentHeader;
 use crate::layout::NodeLayout;
 use crate::pipeline::{PipeReceiver, PipeSender};
-use crate::queue::{QueueConsumer, QueueProducer};
+use crate::queue::{Intent, QueueConsumer, QueueProducer};
 use crate::ring::{RingConsumer, RingProducer};
 use crate::rndv::ClaimSlot;
 use crate::segment::Segment;
@@ -210,8 +210,21 @@ impl NodeSegment {
         self.layout.check_rank_pub(from)?;
         let base = self.queue(to)?;
         // SAFETY: the region lies inside the mapping and is a queue of this
-        // capacity from creation on; lifetime is the caller's.
-        unsafe { QueueProducer::new(base, self.layout.queue_bytes(), from) }
+        // capacity from creation on; lifetime is the caller's, and so is
+        // the intent line's (same mapping), which only `from` writes.
+        unsafe {
+            let mut p = QueueProducer::new(base, self.layout.queue_bytes(), from)?;
+            p.announce_in(self.intent(from), to as u32);
+            Ok(p)
+        }
+    }
+
+    /// Local rank `rank`'s queue intent line (see [`crate::queue`]).
+    pub fn intent(&self, rank: usize) -> &Intent {
+        // SAFETY: a 128-byte aligned line inside the mapping (areas start
+        // on a page, lines are 128 bytes), zeroed at creation, only used
+        // through `Intent`, living as long as `self`.
+        unsafe { Intent::from_ptr(self.ptr(self.layout.intent_offset(rank))) }
     }
 
     /// Local rank `to`'s consumer handle on its receive queue; fails if the

@@ -590,6 +590,7 @@ fn shm_channels(
         }
         .map_err(|e| shm_err(rank, e))?;
         ch.split_min = cfg.shm_split_min;
+        ch.die_mid_queue_at(cfg.test_die_mid_queue);
         ch.cma_chunk = cfg.shm_cma_chunk;
         ch.cma_min = cfg.shm_cma_min.unwrap_or(cma_min);
         // Polled only once it has a box or work (`Polled`).

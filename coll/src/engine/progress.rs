@@ -280,6 +280,10 @@ impl Engine {
         }
         self.last_liveness = Instant::now();
         self.take_launcher_news();
+        if let Some(ib) = &mut self.shm_inbox {
+            // A dead sender's half-written record would hold up the others'.
+            ib.skip_dead_reservation(self.local_rank);
+        }
         let mut watched: Vec<usize> = Vec::new();
         let mut any_source = false;
         for t in self.st.ops.tokens() {

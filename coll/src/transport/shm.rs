@@ -288,6 +288,23 @@ impl ShmInbox {
         })
     }
 
+    /// Skips a record a dead local sender reserved in our queue but never
+    /// published (see `ibcoll_shm::queue`), so the records of the others
+    /// behind it are delivered. Called between blocks, not per pass: two
+    /// loads when the queue is not stalled. Returns the cells skipped.
+    pub fn skip_dead_reservation(&mut self, me: usize) -> u64 {
+        if self.q.stalled().is_none() {
+            return 0;
+        }
+        let node = &self._node;
+        let n = node.layout().local_size();
+        let intents = (0..n).filter(|&r| r != me).map(|r| {
+            let pid = node.pid(r);
+            (node.intent(r).get(), pid == 0 || ibcoll_shm::pid_alive(pid))
+        });
+        self.q.skip_dead(me as u32, intents)
+    }
+
     /// A sender gets a box once it queued `n` records (while any is left).
     pub fn grant_after(&mut self, n: u32) {
         self.box_after = n;
@@ -472,6 +489,13 @@ impl ShmChannel {
     /// The peer's index among the ranks of the node.
     pub fn peer_local(&self) -> usize {
         self.peer_local
+    }
+
+    /// Test hook: see [`ibcoll_shm::QueueProducer::die_mid_publish_at`].
+    pub fn die_mid_queue_at(&mut self, n: u64) {
+        if let Some(q) = self.q.as_mut() {
+            q.die_mid_publish_at(n);
+        }
     }
 
     /// Our entry in the peer table (where [`Polled`] names us).
