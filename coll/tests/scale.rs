@@ -186,6 +186,12 @@ fn one_node(n: usize, fast: bool) {
             "resident {res} B at {n} ranks: {l}"
         );
         assert!(res > 0, "{l}");
+        // A pass polls the granted boxes (the pool's size at most) and the
+        // channels with work, never every local peer.
+        let granted = field(l, "shm boxes granted=");
+        let polled = field(l, " polled=");
+        assert!(granted <= 32, "{l}");
+        assert!(polled <= granted + 2, "{l}");
     }
 }
 

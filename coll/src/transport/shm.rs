@@ -305,6 +305,11 @@ impl ShmInbox {
         self.q.skip_dead(me as u32, intents)
     }
 
+    /// Boxes this rank granted so far.
+    pub fn granted(&self) -> usize {
+        self.granted
+    }
+
     /// A sender gets a box once it queued `n` records (while any is left).
     pub fn grant_after(&mut self, n: u32) {
         self.box_after = n;
