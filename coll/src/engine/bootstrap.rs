@@ -585,7 +585,6 @@ fn shm_channels(
                 cma && flags & LOCAL_CMA != 0,
                 cfg.eager_limit,
                 pipe.clone(),
-                polled.clone(),
             )
         }
         .map_err(|e| shm_err(rank, e))?;
@@ -596,7 +595,7 @@ fn shm_channels(
         // Polled only once it has a box or work (`Polled`).
         let slot = peers.add(world, Channel::Shm(ch), false);
         if let Channel::Shm(c) = &mut peers.list[slot].chan {
-            c.set_slot(slot);
+            c.set_slot(slot, polled.clone());
         }
         if let Some(ib) = inbox.as_mut() {
             ib.route(l, slot);

@@ -433,7 +433,6 @@ impl ShmChannel {
         cma: bool,
         eager_limit: usize,
         pipe_tx: Option<Rc<RefCell<PipeOut>>>,
-        polled: Polled,
     ) -> ibcoll_shm::Result<ShmChannel> {
         // SAFETY: forwarded contract; the handles live in this struct, which
         // drops them before its `node` reference.
@@ -462,7 +461,7 @@ impl ShmChannel {
             queued_in: 0,
             slot: u32::MAX,
             listed: false,
-            polled,
+            polled: Polled::default(),
             slow: Box::new(Slow {
                 pipe_tx,
                 pipe_rx,
@@ -503,9 +502,11 @@ impl ShmChannel {
         }
     }
 
-    /// Our entry in the peer table (where [`Polled`] names us).
-    pub fn set_slot(&mut self, slot: usize) {
+    /// Our entry in the peer table, and the engine's list of polled
+    /// channels, which names it while we have a box of ours or work.
+    pub fn set_slot(&mut self, slot: usize, polled: Polled) {
         self.slot = slot as u32;
+        self.polled = polled;
     }
 
     /// Puts the channel on the list a progress pass polls.
