@@ -27,7 +27,7 @@ pub(crate) fn run(f: &mut FastCall) -> Result<()> {
         return f.wait_all();
     }
     let me = f.rank();
-    let kids = (me * ARITY + 1).min(n)..(me * ARITY + ARITY + 1).min(n);
+    let kids = children(me, n);
     let parent = (me > 0).then(|| (me - 1) / ARITY);
     for c in kids.clone() {
         f.wait_for(c)?;
@@ -40,9 +40,14 @@ pub(crate) fn run(f: &mut FastCall) -> Result<()> {
     f.arrive_waking(kids)
 }
 
+/// Rank `me`'s children in a tree of `n`.
+fn children(me: usize, n: usize) -> std::ops::Range<usize> {
+    (me * ARITY + 1).min(n)..(me * ARITY + ARITY + 1).min(n)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::ARITY;
+    use super::{children, ARITY};
 
     /// Every rank but the root has exactly one parent, which counts it
     /// among its children: the gather reaches the root from everyone.
@@ -51,9 +56,11 @@ mod tests {
         for n in [2usize, 3, 5, 16, 17, 64, 128, 192] {
             let mut seen = vec![0; n];
             for me in 0..n {
-                for c in (me * ARITY + 1).min(n)..(me * ARITY + ARITY + 1).min(n) {
+                for c in children(me, n) {
                     assert_eq!((c - 1) / ARITY, me);
-                    seen[c] += 1;
+                }
+                for s in &mut seen[children(me, n)] {
+                    *s += 1;
                 }
             }
             assert_eq!(seen[0], 0);
