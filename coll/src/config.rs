@@ -35,7 +35,7 @@ pub const REGISTRY: &[Entry] = &[
     e("IBCOLL_SHM_CMA_MIN", "auto", "shm with CMA: rendezvous messages from this many bytes are copied by CMA; smaller ones stream through the pair's pipelined-copy area (two memcpys, faster here than the kernel's page pinning and copy, but both ranks must progress); auto: 16777216, or 0 (always CMA) when the node is oversubscribed"),
     e("IBCOLL_SHM_SPLIT_MIN", "65536", "shm with CMA: CMA copies (rendezvous messages from IBCOLL_SHM_CMA_MIN) from this many bytes are done by both sides at once (receiver reads the first half, sender writes the second), unless the receiver has rendezvous sends of its own to that peer pending; 0 = receiver copies alone"),
     e("IBCOLL_SHM_CMA_CHUNK", "1048576", "shm with CMA: bytes per process_vm_readv/writev call (and claim granularity of a split copy); records are handled between chunks"),
-    e("IBCOLL_SHM_TREE_MIN", "16", "shared-memory barrier: from this many local ranks on, arrivals and the release go through a 4-ary tree (each rank reads at most 5 lines) instead of every rank reading every other's line"),
+    e("IBCOLL_SHM_TREE_MIN", "auto", "shared-memory barrier: from this many local ranks on, arrivals and the release go through a 4-ary tree (each rank reads at most 5 lines) instead of every rank reading every other's line; auto: 16, but never on an oversubscribed node (more local ranks than CPUs), where the tree's chain of dependent publications measured slower"),
     e("IBCOLL_SHM_COLL_BYTES", "65536", "shared-memory collective fast paths: data bytes per big publication buffer (each local rank has eight in the node segment, besides a ring of 64 lines that carries up to 48 bytes per call); a call whose per-rank data does not fit takes a message-based algorithm; 0 turns the fast paths off"),
     e("IBCOLL_MEMBARRIER", "auto", "shm doorbells: auto (when every rank of a node can register for membarrier(2) global expedited barriers, a rank going to sleep issues one and senders skip their memory fence on every message) or off (a fence on every message)"),
     e("IBCOLL_SPIN", "auto", "busy-poll iterations before yielding (auto: 20, or 0 when the node has more ranks than CPUs online)"),
@@ -372,7 +372,11 @@ impl Config {
             shm_split_min: to_usize("IBCOLL_SHM_SPLIT_MIN", u64::MAX)?,
             shm_cma_chunk: to_usize("IBCOLL_SHM_CMA_CHUNK", 1 << 30)?.max(4096),
             shm_coll_bytes: to_usize("IBCOLL_SHM_COLL_BYTES", 1 << 28)?,
-            shm_tree_min: to_usize("IBCOLL_SHM_TREE_MIN", u32::MAX as u64)?,
+            // 0: auto, resolved at init (it depends on the node).
+            shm_tree_min: match raw("IBCOLL_SHM_TREE_MIN").trim() {
+                "auto" | "" => 0,
+                _ => to_usize("IBCOLL_SHM_TREE_MIN", u32::MAX as u64)?.max(2),
+            },
             membarrier: match raw("IBCOLL_MEMBARRIER").as_str() {
                 "" | "auto" | "on" => true,
                 "off" => false,

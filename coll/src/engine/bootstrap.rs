@@ -117,6 +117,17 @@ impl Engine {
             op: Op::Init,
             detail: e.to_string(),
         };
+        let mut cfg = cfg;
+        if cfg.shm_tree_min == 0 {
+            // Measured on 2 cores (docs/PERFORMANCE.md): oversubscribed, the
+            // tree's 2 log4(n) dependent publications lose to the flat
+            // barrier at 4 to 32 ranks.
+            cfg.shm_tree_min = if oversubscribed(pl.local_size) {
+                usize::MAX
+            } else {
+                16
+            };
+        }
         let use_shm = cfg.transport == TransportMode::Auto && pl.local_size > 1;
         let cma = use_shm && cma_usable(&cfg).0;
         let (layout, seg_name, created) = create_segment(&cfg, &pl, &pmi, use_shm)?;
