@@ -10,6 +10,13 @@
 //!   the others are stuck on its full queue; each of them must get
 //!   `PeerLost` naming it, then the survivors exchange a message among
 //!   themselves. Each survivor prints `survivor R: got PeerLost after S s`.
+//! - `midpub` (3 ranks, `IBCOLL_SHM_BOXES=0` so every record is queued):
+//!   rank 1 sends to rank 2 and dies (SIGKILL, the
+//!   `IBCOLL_TEST_DIE_MID_QUEUE` hook) after reserving its 5th record in
+//!   rank 2's queue, before publishing it; rank 0 then sends rank 2 400
+//!   messages, which sit behind that reservation. Rank 2 must get rank 1's
+//!   complete messages, then `PeerLost` naming it, then all of rank 0's, in
+//!   order and intact. Prints `midpub: ok (...)`.
 //!
 //! Exits 3 on any wrong result.
 
@@ -28,12 +35,16 @@ fn fail(msg: String) -> ! {
 }
 
 fn main() {
+    let what = std::env::args().nth(1).unwrap_or_default();
+    if what == "midpub" && std::env::var("PMI_RANK").as_deref() == Ok("1") {
+        // Before init, single-threaded: the victim's hook.
+        std::env::set_var("IBCOLL_TEST_DIE_MID_QUEUE", "5");
+    }
     let c = ibcoll::init().unwrap_or_else(|e| {
         eprintln!("init failed: {e}");
         std::process::exit(2)
     });
     let (n, me) = (c.size(), c.rank());
-    let what = std::env::args().nth(1).unwrap_or_default();
     let last = n - 1;
     match (what.as_str(), me == last) {
         ("slow", true) => {
@@ -104,6 +115,58 @@ fn main() {
                     fail(format!("survivor exchange got {got:?}"));
                 }
             }
+        }
+        ("midpub", _) if n != 3 => fail(format!("midpub wants 3 ranks, not {n}")),
+        ("midpub", true) => {
+            let mut buf = vec![0u8; 1000];
+            let mut from_dead = 0;
+            let err = loop {
+                match c.recv(&mut buf, 1, ibcoll::ANY_TAG) {
+                    Ok(st) => {
+                        let want = body(1, from_dead);
+                        if st.tag != from_dead as i32 || buf[..st.len] != want[..] {
+                            fail(format!("message {from_dead} of the dying rank is wrong"));
+                        }
+                        from_dead += 1;
+                    }
+                    Err(e) => break e,
+                }
+            };
+            if !err.is_peer_lost() || err.peer() != Some(1) {
+                fail(format!("expected PeerLost naming rank 1, got {err}"));
+            }
+            for i in 0..MSGS {
+                let st = c
+                    .recv(&mut buf, 0, ibcoll::ANY_TAG)
+                    .unwrap_or_else(|e| fail(format!("recv {i} from rank 0: {e}")));
+                let want = body(0, i);
+                if st.tag != i as i32 || buf[..st.len] != want[..] {
+                    fail(format!("message {i} of rank 0 is wrong (len {})", st.len));
+                }
+            }
+            println!("midpub: ok ({from_dead} messages of the dead rank, then PeerLost, then {MSGS} of rank 0 behind its reservation)");
+        }
+        ("midpub", false) if me == 1 => {
+            for i in 0.. {
+                c.send(&body(me, i), last, i as i32)
+                    .unwrap_or_else(|e| fail(format!("send {i}: {e}")));
+            }
+        }
+        ("midpub", false) => {
+            // Behind the victim's reservation.
+            std::thread::sleep(Duration::from_millis(300));
+            for i in 0..MSGS {
+                c.send(&body(me, i), last, i as i32)
+                    .unwrap_or_else(|e| fail(format!("send {i}: {e}")));
+            }
+            // Learn of the victim's death (it never sends to us), so that
+            // finalize does not wait for it.
+            let mut b = [0u8; 8];
+            match c.recv(&mut b, 1, 0) {
+                Err(e) if e.is_peer_lost() => {}
+                r => fail(format!("recv from the victim: {r:?}")),
+            }
+            println!("sender 0: ok");
         }
         _ => fail(format!("unknown mode {what:?}")),
     }

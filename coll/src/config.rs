@@ -25,7 +25,9 @@ pub const REGISTRY: &[Entry] = &[
     e("IBCOLL_TRANSPORT", "auto", "channels to use: auto (shm on a node; rdma between nodes when a usable verbs device exists, else tcp), tcp (tcp everywhere, for testing) or rdma (rdma between every pair of ranks; an error without verbs)"),
     e("IBCOLL_EAGER_LIMIT", "32768", "shm: largest message (bytes) copied through the ring; larger ones use rendezvous (single copy by CMA); measured crossover on this machine is above 32 KiB"),
     e("IBCOLL_TCP_EAGER_LIMIT", "65536", "tcp: largest message (bytes) sent eagerly; larger ones use rendezvous (streamed into the user buffer)"),
-    e("IBCOLL_SHM_BOX_BYTES", "4096", "capacity of each shm fast box (power of two, at least 1024): one small ring per ordered pair of local ranks for records up to half its size; larger records, and any while the box is full, go to the receiver's queue"),
+    e("IBCOLL_SHM_BOX_BYTES", "4096", "capacity of each shm fast box (power of two, at least 1024): a small ring a receiver grants one sender, for records up to half its size; larger records, and any while the box is full, go to the receiver's queue"),
+    e("IBCOLL_SHM_BOXES", "32", "shm fast boxes per receiving rank: it grants them to the first senders that queued it IBCOLL_SHM_BOX_AFTER records, and polls only those (the others' records all go through its receive queue)"),
+    e("IBCOLL_SHM_BOX_AFTER", "16", "records a local sender puts into a rank's receive queue before that rank grants it a fast box (while it has one left); 0 = at the first"),
     e("IBCOLL_SHM_QUEUE_BYTES", "262144", "capacity of each local rank's shm receive queue (power of two, at least 2 * (eager limit + 64)), written by every other rank of the node"),
     e("IBCOLL_SHM_PIPE_SLOTS", "4", "slots per pipelined-copy area (used when CMA is unavailable)"),
     e("IBCOLL_SHM_PIPE_CHUNK", "65536", "bytes per pipelined-copy slot (multiple of 64)"),
@@ -33,6 +35,7 @@ pub const REGISTRY: &[Entry] = &[
     e("IBCOLL_SHM_CMA_MIN", "auto", "shm with CMA: rendezvous messages from this many bytes are copied by CMA; smaller ones stream through the pair's pipelined-copy area (two memcpys, faster here than the kernel's page pinning and copy, but both ranks must progress); auto: 16777216, or 0 (always CMA) when the node is oversubscribed"),
     e("IBCOLL_SHM_SPLIT_MIN", "65536", "shm with CMA: CMA copies (rendezvous messages from IBCOLL_SHM_CMA_MIN) from this many bytes are done by both sides at once (receiver reads the first half, sender writes the second), unless the receiver has rendezvous sends of its own to that peer pending; 0 = receiver copies alone"),
     e("IBCOLL_SHM_CMA_CHUNK", "1048576", "shm with CMA: bytes per process_vm_readv/writev call (and claim granularity of a split copy); records are handled between chunks"),
+    e("IBCOLL_SHM_TREE_MIN", "auto", "shared-memory barrier: from this many local ranks on, arrivals and the release go through a 4-ary tree (each rank reads at most 5 lines) instead of every rank reading every other's line; auto: 16, but never on an oversubscribed node (more local ranks than CPUs), where the tree's chain of dependent publications measured slower"),
     e("IBCOLL_SHM_COLL_BYTES", "65536", "shared-memory collective fast paths: data bytes per big publication buffer (each local rank has eight in the node segment, besides a ring of 64 lines that carries up to 48 bytes per call); a call whose per-rank data does not fit takes a message-based algorithm; 0 turns the fast paths off"),
     e("IBCOLL_MEMBARRIER", "auto", "shm doorbells: auto (when every rank of a node can register for membarrier(2) global expedited barriers, a rank going to sleep issues one and senders skip their memory fence on every message) or off (a fence on every message)"),
     e("IBCOLL_SPIN", "auto", "busy-poll iterations before yielding (auto: 20, or 0 when the node has more ranks than CPUs online)"),
@@ -59,6 +62,7 @@ pub const REGISTRY: &[Entry] = &[
     e("IBCOLL_RDMA_PID_CHECK", "on", "rdma: also check the pid of peers on the same host (virtual nodes) every IBCOLL_BLOCK_MS; off leaves dead-peer detection to the verbs heartbeat"),
     e("IBCOLL_CHECK", "0", "1: before every collective the ranks of the communicator exchange its signature (collective, root, bytes per rank, reduction operation and type, call number; one small internal allgather per call; alltoallv also an alltoall of its counts) and a disagreement fails every rank with Error::Mismatch naming both ranks and both values; 0: only the checks that cost nothing measurable"),
     e("IBCOLL_HANG_TIMEOUT", "0", "seconds a blocking collective, collective wait or point-to-point wait (recv, send, probe, a request's wait) may wait before the watchdog reports which ranks it waits for and what each is doing (collective and call number, or in user code), then fails with Error::Hang; 0 = off"),
+    e("IBCOLL_TEST_DIE_MID_QUEUE", "0", "test hook: this rank kills itself (SIGKILL) after reserving its N-th record in some local rank's receive queue, before publishing it (0: never)"),
     e("IBCOLL_HANG_ACTION", "error", "what the watchdog does after its report: error (the call returns Error::Hang) or abort (the job is aborted through the process manager)"),
     e("IBCOLL_TUNING_FILE", "", "collectives: JSON selection table tried before the built-in one (format in docs/COLLECTIVES.md); an unreadable or invalid file is an error at the first collective"),
     e("IBCOLL_BARRIER_ALGORITHM", "auto", "force the barrier algorithm: auto (selection table) or one of dissemination, tree, node_aware, shm (shared-memory fast path: blocking calls on a communicator that is one whole node; others take the table's best schedule)"),
@@ -141,6 +145,10 @@ pub struct Config {
     pub eager_limit: usize,
     pub tcp_eager_limit: usize,
     pub ring_bytes: usize,
+    /// Fast boxes per receiving rank (`IBCOLL_SHM_BOXES`).
+    pub shm_boxes: usize,
+    /// Queued records before a sender is granted a box.
+    pub shm_box_after: u32,
     pub queue_bytes: usize,
     pub pipe_slots: usize,
     pub pipe_chunk: usize,
@@ -151,6 +159,8 @@ pub struct Config {
     pub shm_cma_chunk: usize,
     /// Data bytes per collective publication buffer (0: no fast paths).
     pub shm_coll_bytes: usize,
+    /// Members from which the fast barrier uses a tree.
+    pub shm_tree_min: usize,
     /// Try membarrier-based light ringers (`IBCOLL_MEMBARRIER`).
     pub membarrier: bool,
     /// `None` = auto.
@@ -170,6 +180,8 @@ pub struct Config {
     pub hang_timeout: Option<Duration>,
     /// Abort the job instead of returning `Error::Hang`.
     pub hang_abort: bool,
+    /// Test hook (`IBCOLL_TEST_DIE_MID_QUEUE`).
+    pub test_die_mid_queue: u64,
     pub rdma: RdmaConfig,
 }
 
@@ -263,6 +275,8 @@ impl Config {
                 "must be a power of two between 1024 and 2^31",
             ));
         }
+        let shm_boxes = to_usize("IBCOLL_SHM_BOXES", 1 << 20)?;
+        let shm_box_after = to_usize("IBCOLL_SHM_BOX_AFTER", u32::MAX as u64)? as u32;
         let queue_bytes = to_usize("IBCOLL_SHM_QUEUE_BYTES", 1 << 31)?;
         if ibcoll_shm::queue::check_capacity(queue_bytes).is_err() {
             return Err(bad(
@@ -345,6 +359,8 @@ impl Config {
             eager_limit,
             tcp_eager_limit,
             ring_bytes,
+            shm_boxes,
+            shm_box_after,
             queue_bytes,
             pipe_slots,
             pipe_chunk,
@@ -356,6 +372,11 @@ impl Config {
             shm_split_min: to_usize("IBCOLL_SHM_SPLIT_MIN", u64::MAX)?,
             shm_cma_chunk: to_usize("IBCOLL_SHM_CMA_CHUNK", 1 << 30)?.max(4096),
             shm_coll_bytes: to_usize("IBCOLL_SHM_COLL_BYTES", 1 << 28)?,
+            // 0: auto, resolved at init (it depends on the node).
+            shm_tree_min: match raw("IBCOLL_SHM_TREE_MIN").trim() {
+                "auto" | "" => 0,
+                _ => to_usize("IBCOLL_SHM_TREE_MIN", u32::MAX as u64)?.max(2),
+            },
             membarrier: match raw("IBCOLL_MEMBARRIER").as_str() {
                 "" | "auto" | "on" => true,
                 "off" => false,
@@ -373,6 +394,7 @@ impl Config {
             check,
             hang_timeout,
             hang_abort,
+            test_die_mid_queue: to_usize("IBCOLL_TEST_DIE_MID_QUEUE", u64::MAX)? as u64,
             rdma: RdmaConfig::from_env()?,
         })
     }

@@ -43,6 +43,14 @@ fn collectives_3_ranks() {
     coll_check(&["-n", "3"]);
 }
 
+/// The fast barrier's tree (forced below its default size): 3 ranks (the
+/// root's children only) and 7 (a second level).
+#[test]
+fn collectives_with_the_barrier_tree() {
+    coll_check(&["-n", "3", "-x", "IBCOLL_SHM_TREE_MIN=2"]);
+    coll_check(&["-n", "7", "-x", "IBCOLL_SHM_TREE_MIN=2"]);
+}
+
 #[test]
 fn collectives_4_ranks_on_2_virtual_nodes() {
     coll_check(&["-n", "4", "--nodes", "2"]);

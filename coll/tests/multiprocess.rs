@@ -264,12 +264,21 @@ const TINY_QUEUE: [&str; 6] = [
 
 #[test]
 fn full_queue_and_slow_receiver_lose_nothing() {
-    let mut args = vec!["-n", "4"];
-    args.extend_from_slice(&TINY_QUEUE);
-    let o = run(&args, "queue_pressure", &["slow"]);
-    let t = text(&o);
-    assert!(o.status.success(), "{t}");
-    assert!(t.contains("slow: ok (4 ranks)"), "{t}");
+    // Default grants; a box at the first queued record for one sender
+    // only (the others stay on the queue while it switches over); none.
+    for boxes in [
+        &[][..],
+        &["-x", "IBCOLL_SHM_BOXES=1", "-x", "IBCOLL_SHM_BOX_AFTER=0"][..],
+        &["-x", "IBCOLL_SHM_BOXES=0"][..],
+    ] {
+        let mut args = vec!["-n", "4"];
+        args.extend_from_slice(&TINY_QUEUE);
+        args.extend_from_slice(boxes);
+        let o = run(&args, "queue_pressure", &["slow"]);
+        let t = text(&o);
+        assert!(o.status.success(), "{boxes:?}: {t}");
+        assert!(t.contains("slow: ok (4 ranks)"), "{boxes:?}: {t}");
+    }
 }
 
 #[test]
@@ -307,6 +316,42 @@ fn senders_to_a_dead_receiver_with_its_queue_full_get_peer_lost() {
         assert!(o.status.success(), "survivor {r}:\n{s}");
         assert!(s.contains(&format!("survivor {r}: got PeerLost")), "{s}");
     }
+    assert!(t.elapsed().as_secs() < 60, "took {:?}", t.elapsed());
+}
+
+/// A sender killed between reserving its record in the receiver's queue
+/// and publishing it: the receiver skips the reservation (the sender is
+/// dead), gets `PeerLost` for it and every record of the other sender
+/// queued behind it.
+#[test]
+fn a_sender_killed_mid_publish_does_not_block_the_queue() {
+    let job = format!("qmid{}", std::process::id());
+    let env = [
+        ("IBCOLL_SHM_BOXES", "0"),
+        ("IBCOLL_PEER_TIMEOUT_MS", "2000"),
+    ];
+    let mut children =
+        start_without_launcher("queue_pressure", &["midpub"], &[0, 0, 0], &job, &env, 120);
+    let t = std::time::Instant::now();
+    // Reap the victim first: a zombie still counts as alive.
+    let victim = children.remove(1).wait_with_output().expect("wait");
+    let mut outs: Vec<_> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().expect("wait"))
+        .collect();
+    outs.insert(1, victim);
+    remove_segments(&job, 3);
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        outs[1].status.signal(),
+        Some(libc::SIGKILL),
+        "{}",
+        text(&outs[1])
+    );
+    assert!(outs[0].status.success(), "{}", text(&outs[0]));
+    let s = text(&outs[2]);
+    assert!(outs[2].status.success(), "{s}");
+    assert!(s.contains("midpub: ok (4 messages of the dead rank"), "{s}");
     assert!(t.elapsed().as_secs() < 60, "took {:?}", t.elapsed());
 }
 

@@ -28,6 +28,7 @@ fn layout() -> NodeLayout {
     NodeLayout::from_params(LayoutParams {
         local_size: 2,
         ring_bytes: std::env::var("RB").map_or(64 * 1024, |v| v.parse().unwrap()),
+        boxes: 1,
         queue_bytes: 0,
         pipe_slots: 4,
         pipe_chunk: 64 * 1024,
@@ -96,8 +97,8 @@ fn main() {
     // 0->1; all are dropped before `node`.
     let (mut tx, mut rx, mut pipe) = unsafe {
         (
-            node.ring_producer(0, 1).unwrap(),
-            node.ring_consumer(1, 0).unwrap(),
+            node.box_producer(1, 0).unwrap(),
+            node.box_consumer(0, 0).unwrap(),
             node.pipe_sender(0).unwrap(),
         )
     };
@@ -198,8 +199,8 @@ fn child(name: &str, iters: u64) {
     // 0->1; all are dropped before `node`.
     let (mut rx, mut tx, mut pipe) = unsafe {
         (
-            node.ring_consumer(0, 1).unwrap(),
-            node.ring_producer(1, 0).unwrap(),
+            node.box_consumer(1, 0).unwrap(),
+            node.box_producer(0, 0).unwrap(),
             node.pipe_receiver(0).unwrap(),
         )
     };

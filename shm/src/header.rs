@@ -11,7 +11,7 @@ use crate::layout::NodeLayout;
 pub const MAGIC: u64 = u64::from_le_bytes(*b"IBCOLSHM");
 
 /// Bumped whenever the segment format changes.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 
 #[repr(C, align(128))]
 #[derive(Debug)]
@@ -20,6 +20,7 @@ struct Fixed {
     version: AtomicU32,
     local_size: AtomicU32,
     ring_bytes: AtomicU64,
+    boxes: AtomicU64,
     queue_bytes: AtomicU64,
     pipe_slots: AtomicU64,
     pipe_chunk: AtomicU64,
@@ -66,6 +67,7 @@ impl SegmentHeader {
         f.version.store(VERSION, Ordering::Relaxed);
         f.local_size.store(p.local_size as u32, Ordering::Relaxed);
         f.ring_bytes.store(p.ring_bytes as u64, Ordering::Relaxed);
+        f.boxes.store(p.boxes as u64, Ordering::Relaxed);
         f.queue_bytes.store(p.queue_bytes as u64, Ordering::Relaxed);
         f.pipe_slots.store(p.pipe_slots as u64, Ordering::Relaxed);
         f.pipe_chunk.store(p.pipe_chunk as u64, Ordering::Relaxed);
@@ -107,6 +109,7 @@ impl SegmentHeader {
                 f.ring_bytes.load(Ordering::Relaxed),
                 p.ring_bytes,
             ),
+            ("boxes", f.boxes.load(Ordering::Relaxed), p.boxes),
             (
                 "queue_bytes",
                 f.queue_bytes.load(Ordering::Relaxed),

@@ -6,18 +6,23 @@
 //! pids_off          one 16-byte slot per local rank: pid, world rank, flags
 //! queues_off        one receive queue per local rank (MPSC, `queue_bytes`)
 //! owners_off        one 128-byte pipe-owner line per local rank
+//! intents_off       one 128-byte queue intent line per local rank
+//! grants_off        per local rank, one word per sender: the fast box
+//!                   it granted that sender (0: none yet)
+//! rings_off         per local rank, a pool of `boxes` fast boxes (SPSC
+//!                   rings) it grants to the senders that talk most
 //! pipes_off         optionally one outgoing pipe per local rank
-//! rings_off         one small fast box (SPSC ring) per ordered pair
 //! claims_off        CLAIM_SLOTS claim slots per ordered pair (split copies)
 //! extra_off         free area for collective fast paths
 //! total_len
 //! ```
 //!
-//! Everything large is per rank: a record that does not fit the pair's
-//! box (or finds it full) goes to the receiver's queue, and a pipelined
-//! copy goes through the sender's one pipe. The per-pair part is a box
-//! of `ring_bytes` (4 KiB by default) plus 512 bytes of claim slots; see
-//! docs/ARCHITECTURE.md for the sizes this gives at 64 to 192 ranks.
+//! Everything large is per rank: a record goes to the receiver's queue
+//! unless the receiver granted its sender one of its fast boxes (it does
+//! so for the first `boxes` senders that queued it enough records), and a
+//! pipelined copy goes through the sender's one pipe. The per-pair part is
+//! 2 KiB of claim slots and an 8-byte grant word; see docs/ARCHITECTURE.md
+//! for the sizes this gives at 64 to 192 ranks.
 //!
 //! Every area starts on a page; rings, queues, pipes and doorbells are
 //! 128-byte aligned (two cache lines, so the adjacent-line prefetcher
@@ -48,6 +53,9 @@ pub const DEFAULT_RING_BYTES: usize = 4 * 1024;
 /// Suggested receive-queue capacity in bytes.
 pub const DEFAULT_QUEUE_BYTES: usize = 256 << 10;
 
+/// Suggested number of fast boxes per receiving rank.
+pub const DEFAULT_BOXES: usize = 32;
+
 /// Every parameter of a node layout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LayoutParams {
@@ -56,6 +64,8 @@ pub struct LayoutParams {
     /// Data capacity of each pair's fast box in bytes (power of two, at
     /// least [`ring::MIN_CAPACITY`]).
     pub ring_bytes: usize,
+    /// Fast boxes per receiving rank (at most `local_size - 1` are made).
+    pub boxes: usize,
     /// Data capacity of each rank's receive queue (power of two, at least
     /// [`queue::MIN_CAPACITY`]), or 0 for none (boxes only).
     pub queue_bytes: usize,
@@ -77,6 +87,10 @@ pub struct NodeLayout {
     queues_off: usize,
     queue_stride: usize,
     owners_off: usize,
+    intents_off: usize,
+    grants_off: usize,
+    grant_stride: usize,
+    boxes: usize,
     rings_off: usize,
     ring_stride: usize,
     pipes_off: usize,
@@ -88,12 +102,13 @@ pub struct NodeLayout {
 }
 
 impl NodeLayout {
-    /// Layout with boxes of `ring_bytes` each, no queues, no pipe areas
-    /// and an `extra_bytes` free area.
+    /// Layout with a box of `ring_bytes` for every sender of every rank, no
+    /// queues, no pipe areas and an `extra_bytes` free area.
     pub fn new(local_size: usize, ring_bytes: usize, extra_bytes: usize) -> Result<NodeLayout> {
         Self::from_params(LayoutParams {
             local_size,
             ring_bytes,
+            boxes: local_size.saturating_sub(1),
             queue_bytes: 0,
             pipe_slots: 0,
             pipe_chunk: 0,
@@ -130,10 +145,22 @@ impl NodeLayout {
         end = area_end(queues_off, n, queue_stride).ok_or_else(|| invalid("overflow"))?;
         let owners_off = end;
         end = area_end(owners_off, n, FALSE_SHARING_STRIDE).ok_or_else(|| invalid("overflow"))?;
+        let intents_off = end;
+        end = area_end(intents_off, n, queue::INTENT_BYTES).ok_or_else(|| invalid("overflow"))?;
 
+        let grant_stride = align_up(n * 8, FALSE_SHARING_STRIDE);
+        let grants_off = end;
+        end = area_end(grants_off, n, grant_stride).ok_or_else(|| invalid("overflow"))?;
+
+        let boxes = p.boxes.min(n - 1);
         let ring_stride = align_up(ring::region_len(p.ring_bytes), FALSE_SHARING_STRIDE);
         let rings_off = end;
-        end = area_end(rings_off, pairs, ring_stride).ok_or_else(|| invalid("overflow"))?;
+        end = area_end(
+            rings_off,
+            n.checked_mul(boxes).ok_or_else(|| invalid("overflow"))?,
+            ring_stride,
+        )
+        .ok_or_else(|| invalid("overflow"))?;
 
         let pipe_stride = if p.pipe_slots == 0 {
             0
@@ -167,6 +194,10 @@ impl NodeLayout {
             queues_off,
             queue_stride,
             owners_off,
+            intents_off,
+            grants_off,
+            grant_stride,
+            boxes,
             rings_off,
             ring_stride,
             pipes_off,
@@ -191,6 +222,12 @@ impl NodeLayout {
     /// Data capacity of each fast box.
     pub fn ring_bytes(&self) -> usize {
         self.params.ring_bytes
+    }
+
+    /// Fast boxes each rank has to grant (`params().boxes`, at most
+    /// `local_size - 1`).
+    pub fn boxes(&self) -> usize {
+        self.boxes
     }
 
     /// Data capacity of each receive queue (0: none).
@@ -236,13 +273,33 @@ impl NodeLayout {
         self.owners_off + rank * FALSE_SHARING_STRIDE
     }
 
-    /// Offset of the fast box carrying records from local rank `from` to `to`;
-    /// its region is [`ring::region_len`]`(self.ring_bytes())` long.
+    /// Offset of local rank `rank`'s queue intent line
+    /// ([`queue::INTENT_BYTES`]): what it is reserving in some queue now.
+    pub fn intent_offset(&self, rank: usize) -> usize {
+        self.check_rank(rank);
+        self.intents_off + rank * queue::INTENT_BYTES
+    }
+
+    /// Offset of fast box `index` (< [`boxes`](Self::boxes)) of local rank
+    /// `to`, which it grants to one sender; its region is
+    /// [`ring::region_len`]`(self.ring_bytes())` long.
+    ///
+    /// # Panics
+    /// If `to` is not a local rank or `index` is too large.
+    pub fn box_offset(&self, to: usize, index: usize) -> usize {
+        self.check_rank(to);
+        assert!(index < self.boxes, "fast box {index} of {}", self.boxes);
+        self.rings_off + (to * self.boxes + index) * self.ring_stride
+    }
+
+    /// Offset of the 8-byte word in which local rank `to` says which of
+    /// its fast boxes it granted local rank `from` (index + 1; 0: none).
     ///
     /// # Panics
     /// If `from == to` or either is not a local rank.
-    pub fn ring_offset(&self, from: usize, to: usize) -> usize {
-        self.rings_off + self.pair_index(from, to) * self.ring_stride
+    pub fn grant_offset(&self, to: usize, from: usize) -> usize {
+        self.pair_index(from, to);
+        self.grants_off + to * self.grant_stride + from * 8
     }
 
     /// Offset of local rank `from`'s outgoing pipe area, or `None` if the
@@ -279,7 +336,7 @@ impl NodeLayout {
     fn pair_index(&self, from: usize, to: usize) -> usize {
         self.check_rank(from);
         self.check_rank(to);
-        assert_ne!(from, to, "no ring from a rank to itself");
+        assert_ne!(from, to, "no pair of a rank with itself");
         from * (self.params.local_size - 1) + to - usize::from(to > from)
     }
 
@@ -322,6 +379,7 @@ mod tests {
         let l = NodeLayout::from_params(LayoutParams {
             local_size: 5,
             ring_bytes: 4096,
+            boxes: 3,
             queue_bytes: 8192,
             pipe_slots: 2,
             pipe_chunk: 8192,
@@ -337,13 +395,17 @@ mod tests {
             assert_eq!(qo % FALSE_SHARING_STRIDE, 0);
             regions.push((qo, queue::region_len(8192)));
             regions.push((l.pipe_owner_offset(r), FALSE_SHARING_STRIDE));
+            regions.push((l.intent_offset(r), queue::INTENT_BYTES));
             let po = l.pipe_offset(r).unwrap();
             assert_eq!(po % PAGE, 0);
             regions.push((po, pipeline::region_len(2, 8192).unwrap()));
-            for t in (0..5).filter(|&t| t != r) {
-                let ro = l.ring_offset(r, t);
+            for b in 0..3 {
+                let ro = l.box_offset(r, b);
                 assert_eq!(ro % FALSE_SHARING_STRIDE, 0);
                 regions.push((ro, ring::region_len(4096)));
+            }
+            for t in (0..5).filter(|&t| t != r) {
+                regions.push((l.grant_offset(r, t), 8));
                 for c in 0..crate::rndv::CLAIM_SLOTS {
                     regions.push((l.claim_offset(r, t, c), 128));
                 }
@@ -369,7 +431,9 @@ mod tests {
         let l = NodeLayout::new(2, DEFAULT_RING_BYTES, 0).unwrap();
         assert_eq!(l.pipe_offset(0), None);
         assert_eq!(l.queue_offset(1), None);
-        assert_ne!(l.ring_offset(0, 1), l.ring_offset(1, 0));
+        assert_eq!(l.boxes(), 1);
+        assert_ne!(l.box_offset(0, 0), l.box_offset(1, 0));
+        assert_ne!(l.grant_offset(0, 1), l.grant_offset(1, 0));
     }
 
     #[test]
@@ -380,6 +444,7 @@ mod tests {
             let l = NodeLayout::from_params(LayoutParams {
                 local_size: n,
                 ring_bytes: DEFAULT_RING_BYTES,
+                boxes: DEFAULT_BOXES,
                 queue_bytes: DEFAULT_QUEUE_BYTES,
                 pipe_slots: 4,
                 pipe_chunk: 64 * 1024,
@@ -403,7 +468,13 @@ mod tests {
 
     #[test]
     #[should_panic(expected = "itself")]
-    fn no_self_ring() {
-        NodeLayout::new(2, 4096, 0).unwrap().ring_offset(1, 1);
+    fn no_self_grant() {
+        NodeLayout::new(2, 4096, 0).unwrap().grant_offset(1, 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "fast box 1 of 1")]
+    fn no_box_past_the_pool() {
+        NodeLayout::new(2, 4096, 0).unwrap().box_offset(0, 1);
     }
 }

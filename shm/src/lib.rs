@@ -2,9 +2,9 @@
 //!
 //! The ranks of one job that share a node talk through one shared segment in
 //! `/dev/shm` ([`segment`], [`node`]), laid out by [`layout`]: a header, one
-//! multi-producer receive queue per local rank ([`queue`]), a small
-//! single-producer/single-consumer fast box per ordered pair of local ranks
-//! ([`ring`]), one futex doorbell per rank for blocking waits ([`doorbell`]),
+//! multi-producer receive queue per local rank ([`queue`]), a pool of small
+//! single-producer/single-consumer fast boxes per local rank, each granted
+//! to one sender ([`ring`]; both on 64-byte cells), one futex doorbell per rank for blocking waits ([`doorbell`]),
 //! one pid slot per rank (and, for ranks that also block in `poll(2)`, a wake-up
 //! FIFO: [`wake`]), optional pipelined-copy areas, one per sending rank ([`pipeline`]) and a
 //! free `extra` area, which fast paths use as publication slots ([`slots`]). Large messages move with one
@@ -16,6 +16,7 @@
 #![warn(missing_docs)]
 
 pub mod backoff;
+mod cells;
 pub mod cma;
 pub mod doorbell;
 pub mod error;
@@ -39,7 +40,7 @@ pub use header::SegmentHeader;
 pub use layout::{LayoutParams, NodeLayout, CACHE_LINE, PAGE};
 pub use node::NodeSegment;
 pub use pipeline::{PipeReceiver, PipeSender};
-pub use queue::{QueueConsumer, QueueProducer, QueueRecord};
+pub use queue::{Intent, QueueConsumer, QueueProducer, QueueRecord};
 pub use ring::{RecordRef, RingConsumer, RingProducer};
 pub use rndv::{ClaimSlot, CLAIM_SLOTS};
 pub use segment::{cleanup_job, segment_name, Segment, SHM_DIR};

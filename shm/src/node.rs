@@ -15,7 +15,7 @@ use crate::error::{Result, ShmError};
 use crate::header::SegmentHeader;
 use crate::layout::NodeLayout;
 use crate::pipeline::{PipeReceiver, PipeSender};
-use crate::queue::{QueueConsumer, QueueProducer};
+use crate::queue::{Intent, QueueConsumer, QueueProducer};
 use crate::ring::{RingConsumer, RingProducer};
 use crate::rndv::ClaimSlot;
 use crate::segment::Segment;
@@ -154,27 +154,50 @@ impl NodeSegment {
         self.pid_slot(rank).load(Ordering::Acquire)
     }
 
-    /// Producer end of the ring `from -> to`.
+    /// Producer end of local rank `to`'s fast box `index`.
     ///
     /// # Safety
-    /// Called only by rank `from`, with at most one live producer per ring,
-    /// and the handle is dropped before `self`.
-    pub unsafe fn ring_producer(&self, from: usize, to: usize) -> Result<RingProducer> {
-        let base = self.ptr(self.layout.ring_offset(from, to));
+    /// Called only by the rank `to` granted the box to, with at most one
+    /// live producer per box, and the handle is dropped before `self`.
+    pub unsafe fn box_producer(&self, to: usize, index: usize) -> Result<RingProducer> {
+        let base = self.ptr(self.box_offset(to, index)?);
         // SAFETY: the region lies inside the mapping and is a ring of this
         // capacity from creation on; uniqueness and lifetime are the caller's.
         unsafe { RingProducer::new(base, self.layout.ring_bytes()) }
     }
 
-    /// Consumer end of the ring `from -> to`.
+    /// Consumer end of local rank `to`'s fast box `index`.
     ///
     /// # Safety
-    /// Called only by rank `to`, with at most one live consumer per ring,
+    /// Called only by rank `to`, with at most one live consumer per box,
     /// and the handle is dropped before `self`.
-    pub unsafe fn ring_consumer(&self, from: usize, to: usize) -> Result<RingConsumer> {
-        let base = self.ptr(self.layout.ring_offset(from, to));
-        // SAFETY: as in `ring_producer`.
+    pub unsafe fn box_consumer(&self, to: usize, index: usize) -> Result<RingConsumer> {
+        let base = self.ptr(self.box_offset(to, index)?);
+        // SAFETY: as in `box_producer`.
         unsafe { RingConsumer::new(base, self.layout.ring_bytes()) }
+    }
+
+    fn box_offset(&self, to: usize, index: usize) -> Result<usize> {
+        self.layout.check_rank_pub(to)?;
+        if index >= self.layout.boxes() {
+            return Err(ShmError::Invalid(format!(
+                "fast box {index} of local rank {to}: it has {}",
+                self.layout.boxes()
+            )));
+        }
+        Ok(self.layout.box_offset(to, index))
+    }
+
+    /// The word in which local rank `to` names the fast box it granted
+    /// local rank `from`: index + 1, 0 while none (written by `to` alone,
+    /// with Release, after it made its consumer end).
+    ///
+    /// # Panics
+    /// If `from == to` or either is not a local rank.
+    pub fn box_grant(&self, to: usize, from: usize) -> &AtomicU64 {
+        // SAFETY: an aligned u64 inside the mapping, zeroed at creation,
+        // only accessed atomically, living as long as `self`.
+        unsafe { &*(self.ptr(self.layout.grant_offset(to, from)) as *const AtomicU64) }
     }
 
     /// Producer `from`'s handle on local rank `to`'s receive queue; fails
@@ -187,8 +210,21 @@ impl NodeSegment {
         self.layout.check_rank_pub(from)?;
         let base = self.queue(to)?;
         // SAFETY: the region lies inside the mapping and is a queue of this
-        // capacity from creation on; lifetime is the caller's.
-        unsafe { QueueProducer::new(base, self.layout.queue_bytes(), from) }
+        // capacity from creation on; lifetime is the caller's, and so is
+        // the intent line's (same mapping), which only `from` writes.
+        unsafe {
+            let mut p = QueueProducer::new(base, self.layout.queue_bytes(), from)?;
+            p.announce_in(self.intent(from), to as u32);
+            Ok(p)
+        }
+    }
+
+    /// Local rank `rank`'s queue intent line (see [`crate::queue`]).
+    pub fn intent(&self, rank: usize) -> &Intent {
+        // SAFETY: a 128-byte aligned line inside the mapping (areas start
+        // on a page, lines are 128 bytes), zeroed at creation, only used
+        // through `Intent`, living as long as `self`.
+        unsafe { Intent::from_ptr(self.ptr(self.layout.intent_offset(rank))) }
     }
 
     /// Local rank `to`'s consumer handle on its receive queue; fails if the

@@ -34,15 +34,24 @@
 //! every header word of a released cell is zero, which reads as "not yet
 //! published", wherever the next lap's records fall.
 //!
-//! A producer that dies between its reservation and its header leaves the
-//! queue stuck at its record (see docs/ARCHITECTURE.md, "Node segment
-//! sizing", for what that costs and how it could be lifted).
+//! # A producer that dies between reservation and header
+//! Before its compare-and-swap a producer writes what it is about to
+//! reserve (queue, position, cells) into its own [`Intent`] line; the CAS
+//! (Release) makes that visible before the reservation. A consumer whose
+//! head record stays unpublished ([`QueueConsumer::stalled`]) can then
+//! look for the reserver ([`QueueConsumer::skip_dead`]): a live producer
+//! whose intent covers the head will publish (or has lost its CAS and will
+//! retry), so it waits; if only dead ones cover it, it skips the cells of
+//! the reservation and the records behind it flow again. The dead
+//! producer's records published before are delivered; the one it was
+//! writing is lost with it.
 
 use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::cells::{self, Cells, CELL};
 use crate::error::{Result, ShmError};
-use crate::layout::{CACHE_LINE, FALSE_SHARING_STRIDE};
+use crate::layout::FALSE_SHARING_STRIDE;
 
 /// Smallest queue capacity accepted.
 pub const MIN_CAPACITY: usize = 4096;
@@ -53,12 +62,58 @@ pub const MAX_CAPACITY: usize = 1 << 31;
 /// Largest producer id a header can carry.
 pub const MAX_PRODUCER: usize = (1 << 24) - 1;
 
-const CELL: usize = CACHE_LINE;
 const RESERVE_OFF: usize = 0;
 const RELEASE_OFF: usize = FALSE_SHARING_STRIDE;
 const HEADERS_OFF: usize = 2 * FALSE_SHARING_STRIDE;
 
 const KIND_DATA: u64 = 1;
+
+/// Bytes of one producer's [`Intent`] line.
+pub const INTENT_BYTES: usize = FALSE_SHARING_STRIDE;
+
+/// A producer's last reservation attempt, in a line of its own that only it
+/// writes: queue (its consumer's id), first cell, number of cells.
+#[repr(C, align(128))]
+#[derive(Debug)]
+pub struct Intent {
+    /// First cell + 1 (0: never reserved).
+    pos: AtomicU64,
+    /// Queue id (bits 32..64), cells (bits 0..32).
+    what: AtomicU64,
+}
+
+const _: () = assert!(std::mem::size_of::<Intent>() == INTENT_BYTES);
+
+impl Intent {
+    /// The line at `ptr`.
+    ///
+    /// # Safety
+    /// `ptr` is 128-byte aligned, points at [`INTENT_BYTES`] bytes that
+    /// stay mapped for `'a` and are only accessed through `Intent`.
+    pub unsafe fn from_ptr<'a>(ptr: *mut u8) -> &'a Intent {
+        // SAFETY: the caller guarantees alignment, size and lifetime; both
+        // fields are atomics, valid for any bits.
+        unsafe { &*(ptr as *const Intent) }
+    }
+
+    #[inline]
+    fn set(&self, queue: u32, pos: u64, cells: u64) {
+        self.what
+            .store(u64::from(queue) << 32 | cells, Ordering::Relaxed);
+        self.pos.store(pos + 1, Ordering::Relaxed);
+    }
+
+    /// (queue, first cell, cells) of the last attempt, if any; `None` too
+    /// when the producer was changing it while we read (then it is alive).
+    pub fn get(&self) -> Option<(u32, u64, u64)> {
+        let w = self.what.load(Ordering::Acquire);
+        let p = self.pos.load(Ordering::Acquire);
+        if p == 0 || self.what.load(Ordering::Acquire) != w {
+            return None;
+        }
+        Some(((w >> 32) as u32, p - 1, w & 0xffff_ffff))
+    }
+}
 const KIND_PAD: u64 = 2;
 
 /// Bytes of shared memory a queue of `capacity` data bytes needs.
@@ -69,12 +124,7 @@ pub fn region_len(capacity: usize) -> usize {
 /// Checks that `capacity` is a power of two in
 /// [`MIN_CAPACITY`]`..=`[`MAX_CAPACITY`].
 pub fn check_capacity(capacity: usize) -> Result<()> {
-    if !capacity.is_power_of_two() || !(MIN_CAPACITY..=MAX_CAPACITY).contains(&capacity) {
-        return Err(ShmError::Invalid(format!(
-            "queue capacity {capacity} must be a power of two in {MIN_CAPACITY}..={MAX_CAPACITY}"
-        )));
-    }
-    Ok(())
+    cells::check_capacity(capacity, MIN_CAPACITY, MAX_CAPACITY, "queue")
 }
 
 /// Largest payload a queue of `capacity` bytes takes in one record: half
@@ -94,34 +144,29 @@ fn encode(kind: u64, len: u64, src: u64) -> u64 {
 
 #[derive(Debug)]
 struct Raw {
-    base: *mut u8,
-    mask: u64,
-    cells: u64,
+    c: Cells,
 }
 
 impl Raw {
     /// # Safety
     /// As for [`QueueProducer::new`].
     unsafe fn new(base: *mut u8, capacity: usize) -> Result<Raw> {
-        check_capacity(capacity)?;
-        if base.is_null() || base as usize % CELL != 0 {
-            return Err(ShmError::Invalid(format!(
-                "queue base {base:p} is not {CELL}-byte aligned"
-            )));
-        }
-        let cells = (capacity / CELL) as u64;
-        Ok(Raw {
-            base,
-            mask: cells - 1,
-            cells,
-        })
+        // SAFETY: forwarded contract.
+        let c = unsafe {
+            Cells::new(
+                base,
+                region_len(capacity),
+                capacity,
+                MIN_CAPACITY,
+                MAX_CAPACITY,
+                "queue",
+            )?
+        };
+        Ok(Raw { c })
     }
 
     fn word(&self, off: usize) -> &AtomicU64 {
-        // SAFETY: callers pass offsets of 8-aligned words inside the region,
-        // which the constructor's contract keeps mapped for the handle's
-        // life; all concurrent access to these words is atomic.
-        unsafe { &*(self.base.add(off) as *const AtomicU64) }
+        self.c.word(off)
     }
 
     fn reserve(&self) -> &AtomicU64 {
@@ -133,18 +178,16 @@ impl Raw {
     }
 
     fn cell_ptr(&self, pos: u64) -> *mut u8 {
-        let idx = (pos & self.mask) as usize;
-        let data_off = HEADERS_OFF + self.cells as usize * 8;
-        // SAFETY: idx < cells, so the cell lies inside the data area.
-        unsafe { self.base.add(data_off + idx * CELL) }
+        let data_off = HEADERS_OFF + self.c.cells as usize * 8;
+        self.c.at(data_off + self.c.index(pos) * CELL)
     }
 
     fn header(&self, pos: u64) -> &AtomicU64 {
-        self.word(HEADERS_OFF + (pos & self.mask) as usize * 8)
+        self.word(HEADERS_OFF + self.c.index(pos) * 8)
     }
 
     fn max_record(&self) -> usize {
-        max_record_for(self.cells as usize * CELL)
+        max_record_for(self.c.capacity())
     }
 }
 
@@ -155,6 +198,12 @@ pub struct QueueProducer {
     raw: Raw,
     src: u64,
     cached_released: u64,
+    /// This producer's intent line and the queue's id in it.
+    intent: Option<(*const Intent, u32)>,
+    /// Test hook: die (SIGKILL) between reserving and publishing this
+    /// many-th record (0: never).
+    die_at: u64,
+    pushes: u64,
 }
 
 // SAFETY: the handle only reaches the region through atomics and through
@@ -184,7 +233,28 @@ impl QueueProducer {
             raw,
             src: src as u64,
             cached_released,
+            intent: None,
+            die_at: 0,
+            pushes: 0,
         })
+    }
+
+    /// Announces every reservation in `intent` first, under queue id
+    /// `queue`, so that a consumer can skip it should this process die
+    /// before publishing.
+    ///
+    /// # Safety
+    /// `intent` stays mapped for the life of the handle, and only this
+    /// producer's handles write to it.
+    pub unsafe fn announce_in(&mut self, intent: &Intent, queue: u32) {
+        self.intent = Some((intent as *const Intent, queue));
+    }
+
+    /// Test hook: the process kills itself (SIGKILL) after reserving the
+    /// cells of its `n`-th record and copying its payload, before the
+    /// header (0: never).
+    pub fn die_mid_publish_at(&mut self, n: u64) {
+        self.die_at = n;
     }
 
     /// Largest total length `try_push` accepts.
@@ -206,14 +276,14 @@ impl QueueProducer {
         }
         let t = self.raw.reserve().load(Ordering::Relaxed);
         let total = self.placement(t, len).0;
-        t + total <= self.released() + self.raw.cells
+        t + total <= self.released() + self.raw.c.cells
     }
 
     /// Cells to reserve at `t` for `len` bytes, and the padding among them.
     #[inline]
     fn placement(&self, t: u64, len: usize) -> (u64, u64) {
         let n = cells_for(len);
-        let to_end = self.raw.cells - (t & self.raw.mask);
+        let to_end = self.raw.c.to_end(t);
         let pad = if n > to_end { to_end } else { 0 };
         (pad + n, pad)
     }
@@ -236,15 +306,20 @@ impl QueueProducer {
         let mut t = self.raw.reserve().load(Ordering::Relaxed);
         let (total, pad) = loop {
             let (total, pad) = self.placement(t, len);
-            if t + total > self.cached_released + self.raw.cells
-                && t + total > self.released() + self.raw.cells
+            if t + total > self.cached_released + self.raw.c.cells
+                && t + total > self.released() + self.raw.c.cells
             {
                 return None;
             }
+            if let Some((i, queue)) = self.intent {
+                // SAFETY: `announce_in`'s contract keeps the line mapped.
+                unsafe { &*i }.set(queue, t, total);
+            }
+            // Release: the intent is visible before the reservation.
             match self.raw.reserve().compare_exchange_weak(
                 t,
                 t + total,
-                Ordering::Relaxed,
+                Ordering::Release,
                 Ordering::Relaxed,
             ) {
                 Ok(_) => break (total, pad),
@@ -267,6 +342,14 @@ impl QueueProducer {
             unsafe {
                 ptr::copy_nonoverlapping(p.as_ptr(), dst, p.len());
                 dst = dst.add(p.len());
+            }
+        }
+        self.pushes += 1;
+        if self.pushes == self.die_at {
+            // SAFETY: getpid and kill have no preconditions; SIGKILL ends
+            // the process here, reservation made, header not written.
+            unsafe {
+                libc::kill(libc::getpid(), libc::SIGKILL);
             }
         }
         self.raw
@@ -332,6 +415,49 @@ impl QueueConsumer {
             len,
             src: (h >> 40) as usize,
         })
+    }
+
+    /// The head position while its record is reserved but not published
+    /// (its header still zero although the reserve index is past it).
+    pub fn stalled(&self) -> Option<u64> {
+        let h = self.raw.header(self.head).load(Ordering::Acquire);
+        (h == 0 && self.raw.reserve().load(Ordering::Acquire) > self.head).then_some(self.head)
+    }
+
+    /// Skips the record at a stalled head if every producer whose intent
+    /// (`intents` yields each producer's [`Intent::get`] under queue id
+    /// `queue`, and whether it is alive) covers the head is dead: its cells
+    /// are released, so the records behind it are taken again. Returns the
+    /// cells skipped (0: not stalled, or a live producer may still
+    /// publish).
+    pub fn skip_dead(
+        &mut self,
+        queue: u32,
+        intents: impl Iterator<Item = (Option<(u32, u64, u64)>, bool)>,
+    ) -> u64 {
+        let Some(head) = self.stalled() else { return 0 };
+        let mut end: Option<u64> = None;
+        for (intent, alive) in intents {
+            // Unreadable (being changed): a producer that reserved the head
+            // does not write its intent again before publishing.
+            let Some((q, pos, cells)) = intent else {
+                continue;
+            };
+            if q != queue || pos > head || head >= pos + cells {
+                continue;
+            }
+            if alive {
+                return 0;
+            }
+            // Two dead producers may name the same start (one lost its
+            // CAS): the shorter reservation skips nobody else's record.
+            end = Some(end.map_or(pos + cells, |e| e.min(pos + cells)));
+        }
+        let Some(end) = end else { return 0 };
+        // The header at the head is zero (stalled); the dead producer never
+        // wrote another (only a record's first cell has one).
+        self.release(end - head);
+        end - head
     }
 
     fn release(&mut self, cells: u64) {
@@ -451,6 +577,60 @@ mod tests {
             rec.consume();
         }
         assert!(p.released() >= end);
+    }
+
+    #[test]
+    fn a_dead_producers_unpublished_reservation_is_skipped_not_a_live_ones() {
+        let cap = 4096;
+        let mut r = Region::new(cap);
+        let base = r.base();
+        let lines: Vec<u128> = vec![0; 3 * INTENT_BYTES / 16 + 8];
+        let lp = lines.as_ptr() as *mut u8;
+        let lp = lp.wrapping_add(lp.align_offset(128));
+        // SAFETY: aligned zeroed lines and region that outlive the handles.
+        let (i1, i2) = unsafe {
+            (
+                Intent::from_ptr(lp),
+                Intent::from_ptr(lp.wrapping_add(INTENT_BYTES)),
+            )
+        };
+        // SAFETY: as above.
+        let (mut a, mut b, mut c) = unsafe {
+            let mut a = QueueProducer::new(base, cap, 1).unwrap();
+            a.announce_in(i1, 9);
+            let mut b = QueueProducer::new(base, cap, 2).unwrap();
+            b.announce_in(i2, 9);
+            (a, b, QueueConsumer::new(base, cap).unwrap())
+        };
+        assert!(a.try_push(&[b"first"]).is_some());
+        // Producer 1 reserves three cells and dies before its header.
+        let t = a.raw.reserve().load(Ordering::Relaxed);
+        i1.set(9, t, 3);
+        a.raw.reserve().store(t + 3, Ordering::Release);
+        assert!(b.try_push(&[b"behind it"]).is_some());
+        let rec = c.peek().unwrap();
+        assert_eq!((rec.src(), rec.bytes()), (1, &b"first"[..]));
+        rec.consume();
+        assert!(c.peek().is_none());
+        assert_eq!(c.stalled(), Some(t));
+        let look = |alive1| [(i1.get(), alive1), (i2.get(), true)].into_iter();
+        // Alive: it may still publish. Another queue's id: not ours.
+        assert_eq!(c.skip_dead(9, look(true)), 0);
+        assert_eq!(c.skip_dead(8, look(false)), 0);
+        assert_eq!(c.skip_dead(9, look(false)), 3);
+        let rec = c.peek().unwrap();
+        assert_eq!((rec.src(), rec.bytes()), (2, &b"behind it"[..]));
+        rec.consume();
+        assert_eq!(c.stalled(), None);
+        assert_eq!(c.skip_dead(9, look(false)), 0);
+        // The queue goes on over the skipped cells.
+        for i in 0..200u32 {
+            let body = i.to_le_bytes();
+            assert!(b.try_push(&[&body, &[7u8; 100]]).is_some());
+            let rec = c.peek().unwrap();
+            assert_eq!(&rec.bytes()[..4], &body);
+            rec.consume();
+        }
     }
 
     #[test]

@@ -43,8 +43,9 @@
 use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::error::{Result, ShmError};
-use crate::layout::{CACHE_LINE, FALSE_SHARING_STRIDE};
+use crate::cells::{self, Cells, CELL};
+use crate::error::Result;
+use crate::layout::FALSE_SHARING_STRIDE;
 
 /// Smallest ring capacity accepted.
 pub const MIN_CAPACITY: usize = 1024;
@@ -55,7 +56,6 @@ pub const MAX_CAPACITY: usize = 1 << 31;
 /// Payload bytes that share a cache line with the record header.
 pub const INLINE_BYTES: usize = CELL - HEADER;
 
-const CELL: usize = CACHE_LINE;
 const HEADER: usize = 8;
 const HEAD_OFF: usize = 0;
 const TAIL_OFF: usize = FALSE_SHARING_STRIDE;
@@ -72,12 +72,7 @@ pub fn region_len(capacity: usize) -> usize {
 /// Checks that `capacity` is a power of two in
 /// [`MIN_CAPACITY`]`..=`[`MAX_CAPACITY`].
 pub fn check_capacity(capacity: usize) -> Result<()> {
-    if !capacity.is_power_of_two() || !(MIN_CAPACITY..=MAX_CAPACITY).contains(&capacity) {
-        return Err(ShmError::Invalid(format!(
-            "ring capacity {capacity} must be a power of two in {MIN_CAPACITY}..={MAX_CAPACITY}"
-        )));
-    }
-    Ok(())
+    cells::check_capacity(capacity, MIN_CAPACITY, MAX_CAPACITY, "ring")
 }
 
 /// Largest payload a ring of `capacity` bytes takes in one record: half the
@@ -106,34 +101,29 @@ fn len_of(h: u64) -> u64 {
 /// Raw view of one ring region, shared by both handles.
 #[derive(Debug)]
 struct Raw {
-    base: *mut u8,
-    mask: u64,
-    cells: u64,
+    c: Cells,
 }
 
 impl Raw {
     /// # Safety
     /// As for [`RingProducer::new`].
     unsafe fn new(base: *mut u8, capacity: usize) -> Result<Raw> {
-        check_capacity(capacity)?;
-        if base.is_null() || base as usize % CELL != 0 {
-            return Err(ShmError::Invalid(format!(
-                "ring base {base:p} is not {CELL}-byte aligned"
-            )));
-        }
-        let cells = (capacity / CELL) as u64;
-        Ok(Raw {
-            base,
-            mask: cells - 1,
-            cells,
-        })
+        // SAFETY: forwarded contract.
+        let c = unsafe {
+            Cells::new(
+                base,
+                region_len(capacity),
+                capacity,
+                MIN_CAPACITY,
+                MAX_CAPACITY,
+                "ring",
+            )?
+        };
+        Ok(Raw { c })
     }
 
     fn word(&self, off: usize) -> &AtomicU64 {
-        // SAFETY: callers pass offsets of 8-aligned words inside the region,
-        // which the constructor's contract keeps mapped for the handle's
-        // life; all concurrent access to these words is atomic.
-        unsafe { &*(self.base.add(off) as *const AtomicU64) }
+        self.c.word(off)
     }
 
     fn head(&self) -> &AtomicU64 {
@@ -145,13 +135,11 @@ impl Raw {
     }
 
     fn cell_ptr(&self, pos: u64) -> *mut u8 {
-        let idx = (pos & self.mask) as usize;
-        // SAFETY: idx < cells, so the cell lies inside the data area.
-        unsafe { self.base.add(DATA_OFF + idx * CELL) }
+        self.c.at(DATA_OFF + self.c.index(pos) * CELL)
     }
 
     fn header(&self, pos: u64) -> &AtomicU64 {
-        self.word(DATA_OFF + (pos & self.mask) as usize * CELL)
+        self.word(DATA_OFF + self.c.index(pos) * CELL)
     }
 }
 
@@ -195,7 +183,7 @@ impl RingProducer {
 
     /// Largest total length `try_push` accepts.
     pub fn max_record(&self) -> usize {
-        max_record_for(self.raw.cells as usize * CELL)
+        max_record_for(self.raw.c.capacity())
     }
 
     /// True if a record of `len` bytes would fit now (never, above
@@ -211,7 +199,7 @@ impl RingProducer {
     #[inline]
     fn placement(&self, len: usize) -> (u64, u64) {
         let n = cells_for(len);
-        let to_end = self.raw.cells - (self.head & self.raw.mask);
+        let to_end = self.raw.c.to_end(self.head);
         (n, if n > to_end { to_end } else { 0 })
     }
 
@@ -219,11 +207,11 @@ impl RingProducer {
     /// consumer index only when it says they are not.
     #[inline]
     fn has_room(&mut self, need: u64) -> bool {
-        if self.head + need <= self.cached_tail + self.raw.cells {
+        if self.head + need <= self.cached_tail + self.raw.c.cells {
             return true;
         }
         self.cached_tail = self.raw.tail().load(Ordering::Acquire);
-        self.head + need <= self.cached_tail + self.raw.cells
+        self.head + need <= self.cached_tail + self.raw.c.cells
     }
 
     /// Writes the concatenation of `parts` as one record. Returns false,
@@ -308,7 +296,7 @@ impl RingConsumer {
 
     /// Largest record the producer may send.
     pub fn max_record(&self) -> usize {
-        max_record_for(self.raw.cells as usize * CELL)
+        max_record_for(self.raw.c.capacity())
     }
 
     /// True if no record is ready. One load of the line the next record

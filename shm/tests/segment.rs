@@ -96,10 +96,10 @@ fn rings_and_doorbells_through_a_node_segment() {
     // SAFETY: one handle per ring side, all dropped before the segments.
     let (mut p01, mut c01, mut p10, mut c10) = unsafe {
         (
-            a.ring_producer(0, 1).unwrap(),
-            b.ring_consumer(0, 1).unwrap(),
-            b.ring_producer(1, 0).unwrap(),
-            a.ring_consumer(1, 0).unwrap(),
+            a.box_producer(1, 0).unwrap(),
+            b.box_consumer(1, 0).unwrap(),
+            b.box_producer(0, 0).unwrap(),
+            a.box_consumer(0, 0).unwrap(),
         )
     };
     assert!(p01.try_push(&[b"to one"]));

@@ -31,6 +31,7 @@ fn pipe_layout() -> NodeLayout {
     NodeLayout::from_params(LayoutParams {
         local_size: 2,
         ring_bytes: RING_BYTES,
+        boxes: 1,
         queue_bytes: 0,
         pipe_slots: 4,
         pipe_chunk: 16 * 1024,
@@ -125,8 +126,8 @@ fn child_records(name: &str) {
     // both are dropped before `node`.
     let (mut rx, mut tx) = unsafe {
         (
-            node.ring_consumer(0, 1).unwrap(),
-            node.ring_producer(1, 0).unwrap(),
+            node.box_consumer(1, 0).unwrap(),
+            node.box_producer(0, 0).unwrap(),
         )
     };
     let mut waiter = Waiter::new(policy());
@@ -158,8 +159,8 @@ fn hundred_thousand_records_between_processes() {
     // both are dropped before `node`.
     let (mut tx, mut rx) = unsafe {
         (
-            node.ring_producer(0, 1).unwrap(),
-            node.ring_consumer(1, 0).unwrap(),
+            node.box_producer(1, 0).unwrap(),
+            node.box_consumer(0, 0).unwrap(),
         )
     };
     let mut waiter = Waiter::new(policy());

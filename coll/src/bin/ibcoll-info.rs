@@ -50,19 +50,20 @@ fn segment(ppn: &str) {
         0
     };
     let slots = p.extra_bytes / n;
-    let small = 128 + ibcoll_shm::layout::RANK_SLOT + 128;
+    let small = 128 + ibcoll_shm::layout::RANK_SLOT + 128 + ibcoll_shm::queue::INTENT_BYTES;
     let per_rank = queue + pipe + slots + small;
-    let per_pair = boxb + claims;
+    let boxes = l.boxes();
+    let grants = align(8 * n, 128);
     let total = l.total_len();
     println!(
         "shm segment for {n} ranks per node: {total} B ({:.1} MiB, {:.2} MiB per rank)",
         mib(total),
         mib(total) / n as f64
     );
-    println!("  formula: 4096 + n * {per_rank} + n * (n - 1) * {per_pair} B (each area rounded up to a page)");
-    println!("  per rank: receive queue {queue} B, pipe {pipe} B, collective slots {slots} B, doorbell + rank slot + pipe owner {small} B");
-    println!("  per ordered pair: fast box {boxb} B, claim slots {claims} B");
-    println!("  (IBCOLL_SHM_QUEUE_BYTES, IBCOLL_SHM_PIPE_SLOTS x IBCOLL_SHM_PIPE_CHUNK, IBCOLL_SHM_COLL_BYTES, IBCOLL_SHM_BOX_BYTES; no pipe with IBCOLL_CMA=on)");
+    println!("  formula: 4096 + n * ({per_rank} + min(n - 1, {}) * {boxb} + ceil128(8 * n)) + n * (n - 1) * {claims} B (each area rounded up to a page)", p.boxes);
+    println!("  per rank: receive queue {queue} B, pipe {pipe} B, collective slots {slots} B, doorbell + rank slot + pipe owner + queue intent {small} B, {boxes} fast boxes of {boxb} B, grant words {grants} B");
+    println!("  per ordered pair: claim slots {claims} B");
+    println!("  (IBCOLL_SHM_QUEUE_BYTES, IBCOLL_SHM_PIPE_SLOTS x IBCOLL_SHM_PIPE_CHUNK, IBCOLL_SHM_COLL_BYTES, IBCOLL_SHM_BOXES x IBCOLL_SHM_BOX_BYTES; no pipe with IBCOLL_CMA=on)");
 }
 
 fn main() {

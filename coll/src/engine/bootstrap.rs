@@ -117,6 +117,17 @@ impl Engine {
             op: Op::Init,
             detail: e.to_string(),
         };
+        let mut cfg = cfg;
+        if cfg.shm_tree_min == 0 {
+            // Measured on 2 cores (docs/PERFORMANCE.md): oversubscribed, the
+            // tree's 2 log4(n) dependent publications lose to the flat
+            // barrier at 4 to 32 ranks.
+            cfg.shm_tree_min = if oversubscribed(pl.local_size) {
+                usize::MAX
+            } else {
+                16
+            };
+        }
         let use_shm = cfg.transport == TransportMode::Auto && pl.local_size > 1;
         let cma = use_shm && cma_usable(&cfg).0;
         let (layout, seg_name, created) = create_segment(&cfg, &pl, &pmi, use_shm)?;
@@ -166,9 +177,10 @@ impl Engine {
         );
         let mut shm_peers = Vec::new();
         let mut shm_inbox = None;
+        let shm_polled = crate::transport::shm::Polled::default();
         let node = if use_shm {
             let n = attach_segment(&cfg, &pl, &seg_name, layout, created, cma, membarrier)?;
-            let (sp, inbox) = shm_channels(&cfg, &pl, &n, cma, &mut peers)?;
+            let (sp, inbox) = shm_channels(&cfg, &pl, &n, cma, &mut peers, &shm_polled)?;
             shm_peers = sp;
             shm_inbox = inbox;
             Some(n)
@@ -222,6 +234,7 @@ impl Engine {
             ctl_retry: VecDeque::new(),
             shm_peers,
             shm_inbox,
+            shm_polled,
             tcp_peers: Vec::new(),
             rdma_peers,
             net,
@@ -260,6 +273,7 @@ pub(crate) fn layout_params(cfg: &Config, local_size: usize) -> LayoutParams {
     LayoutParams {
         local_size,
         ring_bytes: cfg.ring_bytes,
+        boxes: cfg.shm_boxes,
         queue_bytes: cfg.queue_bytes,
         pipe_slots: if cfg.cma == CmaMode::On {
             0
@@ -529,6 +543,7 @@ fn shm_channels(
     node: &Rc<NodeSegment>,
     cma: bool,
     peers: &mut Peers,
+    polled: &crate::transport::shm::Polled,
 ) -> Result<(Vec<usize>, Option<ShmInbox>)> {
     let rank = pl.rank;
     let mut out = Vec::with_capacity(pl.local_size.saturating_sub(1));
@@ -537,7 +552,11 @@ fn shm_channels(
         // only inbox this process makes.
         Some(_) => Some(unsafe { ShmInbox::new(node.clone(), pl.local_rank) })
             .transpose()
-            .map_err(|e| shm_err(rank, e))?,
+            .map_err(|e| shm_err(rank, e))?
+            .map(|mut ib| {
+                ib.grant_after(cfg.shm_box_after);
+                ib
+            }),
         None => None,
     };
     let pipe = match node.layout().pipe_offset(pl.local_rank) {
@@ -581,9 +600,14 @@ fn shm_channels(
         }
         .map_err(|e| shm_err(rank, e))?;
         ch.split_min = cfg.shm_split_min;
+        ch.die_mid_queue_at(cfg.test_die_mid_queue);
         ch.cma_chunk = cfg.shm_cma_chunk;
         ch.cma_min = cfg.shm_cma_min.unwrap_or(cma_min);
-        let slot = peers.add(world, Channel::Shm(ch), true);
+        // Polled only once it has a box or work (`Polled`).
+        let slot = peers.add(world, Channel::Shm(ch), false);
+        if let Channel::Shm(c) = &mut peers.list[slot].chan {
+            c.set_slot(slot, polled.clone());
+        }
         if let Some(ib) = inbox.as_mut() {
             ib.route(l, slot);
         }

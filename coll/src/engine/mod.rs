@@ -672,6 +672,8 @@ pub(crate) struct Engine {
     pub shm_peers: Vec<usize>,
     /// This rank's shm receive queue (records that did not take a box).
     pub(crate) shm_inbox: Option<crate::transport::shm::ShmInbox>,
+    /// The shm channels a progress pass polls (see `transport::shm`).
+    pub(crate) shm_polled: crate::transport::shm::Polled,
     pub tcp_peers: Vec<usize>,
     pub rdma_peers: Vec<usize>,
     /// The network side: listener, dials, accepted sockets, epoll set

@@ -53,6 +53,24 @@ impl Engine {
             n += p.chan.poll(p.rank, &mut self.st);
             settled &= p.reported || matches!(p.chan.health(), Health::Open);
         }
+        // The shm channels with a box of ours or work in flight; the others
+        // reach us through the receive queue polled above.
+        let mut k = 0;
+        loop {
+            let Some(&slot) = self.shm_polled.borrow().get(k) else {
+                break;
+            };
+            let p = &mut self.peers.list[slot as usize];
+            n += p.chan.poll(p.rank, &mut self.st);
+            settled &= p.reported || matches!(p.chan.health(), Health::Open);
+            if let Channel::Shm(c) = &mut p.chan {
+                if c.unlist_if_idle() {
+                    self.shm_polled.borrow_mut().swap_remove(k);
+                    continue;
+                }
+            }
+            k += 1;
+        }
         if let Some(net) = &mut self.net {
             if net.due() {
                 n += self.progress_net(0);
@@ -165,10 +183,9 @@ impl Engine {
             // ring space re-checks after a short sleep instead.
             let space_wait = self.queued > 0
                 || !self.ctl_retry.is_empty()
-                || self
-                    .shm_peers
-                    .iter()
-                    .any(|&p| matches!(self.peers.chan(p), Some(Channel::Shm(c)) if c.is_busy()));
+                || self.shm_polled.borrow().iter().any(|&s| {
+                    matches!(&self.peers.list[s as usize].chan, Channel::Shm(c) if c.is_busy())
+                });
             let block = if space_wait {
                 self.cfg.block.min(SPACE_WAIT)
             } else {
@@ -263,6 +280,10 @@ impl Engine {
         }
         self.last_liveness = Instant::now();
         self.take_launcher_news();
+        if let Some(ib) = &mut self.shm_inbox {
+            // A dead sender's half-written record would hold up the others'.
+            ib.skip_dead_reservation(self.local_rank);
+        }
         let mut watched: Vec<usize> = Vec::new();
         let mut any_source = false;
         for t in self.st.ops.tokens() {

@@ -72,11 +72,13 @@ impl Engine {
             .and_then(|n| n.resident_bytes().ok())
             .unwrap_or(0);
         let registered = self.rdma_registered_bytes();
+        let granted = self.shm_inbox.as_ref().map_or(0, |ib| ib.granted());
+        let polled = self.shm_polled.borrow().len();
         format!(
             "ibcoll stats: rank {} of {} (node {}, local {} of {}): connections shm={shm} tcp={tcp} rdma={rdma} \
              (dialed {}, accepted {}, rejected {}, failed {failed}); peers known {}; \
              pmi puts={} gets={} fences={} fetched={} B (cards {}); registered={registered} B; \
-             shm segment={seg} B (shm resident={resident} B); peak rss={} KiB",
+             shm segment={seg} B (shm resident={resident} B); shm boxes granted={granted} polled={polled}; peak rss={} KiB",
             self.rank(),
             self.size(),
             self.node_id,

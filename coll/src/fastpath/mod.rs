@@ -241,6 +241,13 @@ impl<'a> FastCall<'a> {
     /// Publishes the bytes written where `claim` said (none for an
     /// arrival) and wakes the members that sleep.
     pub fn publish(&mut self) {
+        self.publish_waking(0..self.size());
+    }
+
+    /// [`publish`](Self::publish), waking only members `wake` (the ones
+    /// that wait for this publication; others that sleep wake by their
+    /// bounded sleep).
+    fn publish_waking(&mut self, wake: impl Iterator<Item = usize>) {
         let len = self.claimed;
         let mine = self.locals[self.me];
         self.area.header(mine, self.k).publish(self.k, len);
@@ -249,13 +256,39 @@ impl<'a> FastCall<'a> {
         // that has caught up (taking it now would only bounce it), and
         // farther ahead the readers' own stream prefetch takes it back.
         self.area.prefetch_for_write(mine, self.k + 2);
-        for (r, &w) in self.group.iter().enumerate() {
+        for r in wake {
             if r != self.me {
+                let w = self.group[r];
                 if let Some(Channel::Shm(c)) = self.e.peers.get_mut(w).map(|p| &mut p.chan) {
                     c.ring_peer();
                 }
             }
         }
+    }
+
+    /// Arrival without data, waking only members `wake`.
+    pub fn arrive_waking(&mut self, wake: impl Iterator<Item = usize>) -> Result<()> {
+        self.claim(0)?;
+        self.publish_waking(wake);
+        Ok(())
+    }
+
+    /// Moves on to the next call of the sequence (every member does the
+    /// same): a collective in two phases publishes once in each.
+    pub fn next_call(&mut self) {
+        self.e.fast.seq += 1;
+        self.k = self.e.fast.seq;
+        self.claimed = 0;
+    }
+
+    /// Members from which the barrier goes through a tree.
+    pub fn tree_min(&self) -> usize {
+        self.e.cfg.shm_tree_min
+    }
+
+    /// Waits until member `r` has published this call.
+    pub fn wait_for(&mut self, r: usize) -> Result<()> {
+        self.wait_seq(r, self.k)
     }
 
     /// Claims this rank's slot for `len` bytes, copies them from `src` and

@@ -1,9 +1,21 @@
-//! The channel to a peer on the same node: records go into the pair's
-//! small fast box (an SPSC ring) when they fit and it has room, else into
-//! the peer's receive queue (MPSC, shared by every local sender), the
-//! peer's futex doorbell rung after every push (free when the peer is
-//! awake); for rendezvous either a single copy by CMA or a pipelined copy
-//! through the sender's pipe area.
+//! The channel to a peer on the same node: records go into the small fast
+//! box (an SPSC ring) the peer granted us when they fit and it has room,
+//! else into the peer's receive queue (MPSC, shared by every local
+//! sender), the peer's futex doorbell rung after every push (free when the
+//! peer is awake); for rendezvous either a single copy by CMA or a
+//! pipelined copy through the sender's pipe area.
+//!
+//! # Fast boxes only for senders that talk
+//! A rank has a pool of `IBCOLL_SHM_BOXES` boxes. Every sender starts on
+//! the queue; once a sender's records taken from the queue reach
+//! `IBCOLL_SHM_BOX_AFTER`, the receiver (while it has a box left) makes
+//! its consumer end of the next box, names it in the pair's grant word and
+//! adds the channel to the list a progress pass polls ([`Polled`]). The
+//! sender reads the grant word when it queues a record and, once it sees
+//! one, opens the producer end. So a pass looks at the queue, at most
+//! `IBCOLL_SHM_BOXES` boxes and the channels with rendezvous or control
+//! work in flight, never at every local peer, and an untouched box costs
+//! no resident memory.
 //!
 //! # Order across box and queue
 //! A sender puts a record into the box only when every record it queued
@@ -237,13 +249,25 @@ struct PipeIn {
     seen_gen: u32,
 }
 
-/// This rank's receive queue: records of every local sender whose box was
-/// full or too small, handed to the sender's channel.
+/// Peer-table entries of the shm channels a progress pass polls: those
+/// holding a box granted to their peer, and those with work besides the
+/// box (streams, CMA copies, control records waiting for room). A channel
+/// adds itself when it gets either; the pass drops it once it has neither.
+pub(crate) type Polled = Rc<RefCell<Vec<u32>>>;
+
+/// This rank's receive queue: records of every local sender without a box,
+/// or whose box was full or too small, handed to the sender's channel.
+/// It also hands out this rank's fast boxes.
 pub(crate) struct ShmInbox {
     // Dropped before `_node`, into which it points.
     q: QueueConsumer,
     /// Peer-table entry of each local rank (u32::MAX: none).
     slots: Vec<u32>,
+    /// Boxes granted so far, of `boxes`.
+    granted: usize,
+    boxes: usize,
+    /// Queued records of a sender before it is granted a box.
+    box_after: u32,
     _node: Rc<NodeSegment>,
 }
 
@@ -257,8 +281,38 @@ impl ShmInbox {
         Ok(ShmInbox {
             q,
             slots: vec![u32::MAX; node.layout().local_size()],
+            granted: 0,
+            boxes: node.layout().boxes(),
+            box_after: 0,
             _node: node,
         })
+    }
+
+    /// Skips a record a dead local sender reserved in our queue but never
+    /// published (see `ibcoll_shm::queue`), so the records of the others
+    /// behind it are delivered. Called between blocks, not per pass: two
+    /// loads when the queue is not stalled. Returns the cells skipped.
+    pub fn skip_dead_reservation(&mut self, me: usize) -> u64 {
+        if self.q.stalled().is_none() {
+            return 0;
+        }
+        let node = &self._node;
+        let n = node.layout().local_size();
+        let intents = (0..n).filter(|&r| r != me).map(|r| {
+            let pid = node.pid(r);
+            (node.intent(r).get(), pid == 0 || ibcoll_shm::pid_alive(pid))
+        });
+        self.q.skip_dead(me as u32, intents)
+    }
+
+    /// Boxes this rank granted so far.
+    pub fn granted(&self) -> usize {
+        self.granted
+    }
+
+    /// A sender gets a box once it queued `n` records (while any is left).
+    pub fn grant_after(&mut self, n: u32) {
+        self.box_after = n;
     }
 
     /// Records from local rank `local` go to peer-table entry `slot`.
@@ -285,6 +339,12 @@ impl ShmInbox {
                 let peer = p.rank;
                 if let super::Channel::Shm(c) = &mut p.chan {
                     c.on_queued(peer, st, rec.bytes());
+                    if self.granted < self.boxes && c.wants_box(self.box_after) {
+                        // Before the record is released: the sender takes
+                        // the box only once its queued records are.
+                        c.grant_box(self.granted);
+                        self.granted += 1;
+                    }
                 }
             }
             rec.consume();
@@ -297,8 +357,10 @@ impl ShmInbox {
 pub(crate) struct ShmChannel {
     // Field order matters: the ring and pipe handles point into the
     // segment, so they are dropped before `node`.
-    tx: RingProducer,
-    rx: RingConsumer,
+    /// The box the peer granted us, once it did.
+    tx: Option<RingProducer>,
+    /// The box we granted the peer, once we did.
+    rx: Option<RingConsumer>,
     /// The peer's receive queue (None in a layout without queues).
     q: Option<QueueProducer>,
     /// Queue position past our last queued record, while the peer has not
@@ -306,7 +368,14 @@ pub(crate) struct ShmChannel {
     q_end: u64,
     q_pending: bool,
     q_looks: u32,
+    /// Largest record for the box (0 while the peer granted none).
     box_max: usize,
+    /// Records of the peer taken from our queue (up to the grant).
+    queued_in: u32,
+    /// Our entry in the peer table, and whether it is in `polled`.
+    slot: u32,
+    listed: bool,
+    polled: Polled,
     /// Everything an eager message does not touch, out of line.
     slow: Box<Slow>,
     node: Rc<NodeSegment>,
@@ -367,9 +436,7 @@ impl ShmChannel {
     ) -> ibcoll_shm::Result<ShmChannel> {
         // SAFETY: forwarded contract; the handles live in this struct, which
         // drops them before its `node` reference.
-        let (tx, rx, q, pipe_rx) = unsafe {
-            let tx = node.ring_producer(me, peer_local)?;
-            let rx = node.ring_consumer(peer_local, me)?;
+        let (q, pipe_rx) = unsafe {
             let q = match node.layout().queue_offset(peer_local) {
                 Some(_) => Some(node.queue_producer(me, peer_local)?),
                 None => None,
@@ -381,17 +448,20 @@ impl ShmChannel {
                 }),
                 _ => None,
             };
-            (tx, rx, q, prx)
+            (q, prx)
         };
-        let box_max = tx.max_record();
         Ok(ShmChannel {
-            tx,
-            rx,
+            tx: None,
+            rx: None,
             q,
             q_end: 0,
             q_pending: false,
             q_looks: 0,
-            box_max,
+            box_max: 0,
+            queued_in: 0,
+            slot: u32::MAX,
+            listed: false,
+            polled: Polled::default(),
             slow: Box::new(Slow {
                 pipe_tx,
                 pipe_rx,
@@ -425,6 +495,100 @@ impl ShmChannel {
         self.peer_local
     }
 
+    /// Test hook: see [`ibcoll_shm::QueueProducer::die_mid_publish_at`].
+    pub fn die_mid_queue_at(&mut self, n: u64) {
+        if let Some(q) = self.q.as_mut() {
+            q.die_mid_publish_at(n);
+        }
+    }
+
+    /// Our entry in the peer table, and the engine's list of polled
+    /// channels, which names it while we have a box of ours or work.
+    pub fn set_slot(&mut self, slot: usize, polled: Polled) {
+        self.slot = slot as u32;
+        self.polled = polled;
+    }
+
+    /// Puts the channel on the list a progress pass polls.
+    #[inline]
+    fn enlist(&mut self) {
+        if !self.listed && self.slot != u32::MAX {
+            self.listed = true;
+            self.polled.borrow_mut().push(self.slot);
+        }
+    }
+
+    /// Work besides the box: polled on every pass until it is done.
+    #[inline]
+    fn set_busy(&mut self) {
+        self.busy = true;
+        self.enlist();
+    }
+
+    /// Nothing for a pass to look at (no box of ours, no work): the pass
+    /// drops the channel from its list (`listed` off) when this holds.
+    #[inline]
+    pub fn unlist_if_idle(&mut self) -> bool {
+        if self.busy || self.rx.is_some() {
+            return false;
+        }
+        self.listed = false;
+        true
+    }
+
+    /// Whether the peer has queued enough records to get a box from us.
+    #[inline]
+    fn wants_box(&self, after: u32) -> bool {
+        self.rx.is_none() && self.health == Health::Open && self.queued_in >= after.max(1)
+    }
+
+    /// Grants the peer our fast box `index`: our end first, then the grant
+    /// word (Release), and from now on every pass polls the box.
+    #[inline(never)]
+    fn grant_box(&mut self, index: usize) {
+        // SAFETY: `me` is this process's local rank, and the inbox hands
+        // each box index out once, so this is its only consumer; the handle
+        // is dropped before `node` (field order).
+        match unsafe { self.node.box_consumer(self.me, index) } {
+            Ok(rx) => {
+                self.rx = Some(rx);
+                self.node
+                    .box_grant(self.me, self.peer_local)
+                    .store(index as u64 + 1, std::sync::atomic::Ordering::Release);
+                self.enlist();
+            }
+            Err(e) => {
+                self.health = Health::Failed(format!("fast box {index}: {e}"));
+                self.enlist();
+            }
+        }
+    }
+
+    /// Sender: opens the box the peer granted us, if it did by now.
+    #[inline(never)]
+    fn take_grant(&mut self) {
+        let g = self
+            .node
+            .box_grant(self.peer_local, self.me)
+            .load(std::sync::atomic::Ordering::Acquire);
+        if g == 0 {
+            return;
+        }
+        // SAFETY: the peer granted box `g - 1` to us alone, so this is its
+        // only producer; the handle is dropped before `node` (field order).
+        match unsafe { self.node.box_producer(self.peer_local, g as usize - 1) } {
+            Ok(tx) => {
+                self.box_max = tx.max_record();
+                self.tx = Some(tx);
+            }
+            Err(e) => {
+                self.health =
+                    Health::Failed(format!("fast box {} granted by the peer: {e}", g - 1));
+                self.enlist();
+            }
+        }
+    }
+
     /// Wakes the peer if it sleeps: a futex wake, or a byte into its
     /// wake-up FIFO when it blocks in poll(2) (it also has socket peers).
     /// One fence and one load while it is awake.
@@ -446,12 +610,14 @@ impl ShmChannel {
     #[inline]
     pub fn try_send(&mut self, hdr: &Header, payload: &[u8]) -> bool {
         let h = hdr.encode();
-        if h.len() + payload.len() <= self.box_max
-            && (!self.q_pending || self.queue_caught_up())
-            && self.tx.try_push(&[&h, payload])
-        {
-            self.ring_peer();
-            return true;
+        // `box_max` is 0 until the peer granted a box.
+        if h.len() + payload.len() <= self.box_max && (!self.q_pending || self.queue_caught_up()) {
+            if let Some(tx) = &mut self.tx {
+                if tx.try_push(&[&h, payload]) {
+                    self.ring_peer();
+                    return true;
+                }
+            }
         }
         self.try_queue(&h, payload)
     }
@@ -477,6 +643,9 @@ impl ShmChannel {
 
     #[inline(never)]
     fn try_queue(&mut self, h: &[u8], payload: &[u8]) -> bool {
+        if self.tx.is_none() {
+            self.take_grant();
+        }
         let Some(q) = self.q.as_mut() else {
             return false;
         };
@@ -497,15 +666,18 @@ impl ShmChannel {
         if self.health != Health::Open {
             return;
         }
+        self.queued_in = self.queued_in.saturating_add(1);
         while self.health == Health::Open && self.poll_box(peer, st, usize::MAX) > 0 {}
         if self.health != Health::Open {
+            // The pass's health look must see it.
+            self.enlist();
             return;
         }
         let info = self.info();
         let res = match Header::decode(bytes) {
             Ok(h) if h.kind == Kind::Bye => {
                 self.slow.bye = true;
-                self.busy = true;
+                self.set_busy();
                 Ok(())
             }
             Ok(h) if h.kind == Kind::Data => self.on_data(peer, st, &h, &bytes[HEADER_LEN..]),
@@ -514,6 +686,7 @@ impl ShmChannel {
         };
         if let Err(e) = res {
             self.health = Health::Failed(e);
+            self.enlist();
         }
     }
 
@@ -535,7 +708,7 @@ impl ShmChannel {
     }
 
     pub fn start_stream(&mut self, send_token: Token, ptr: *const u8, len: usize) {
-        self.busy = true;
+        self.set_busy();
         self.slow.out_streams.push_back(OutStream {
             send_token,
             ptr,
@@ -545,7 +718,7 @@ impl ShmChannel {
     }
 
     pub fn expect_stream(&mut self, recv_token: Token, wanted: usize) {
-        self.busy = true;
+        self.set_busy();
         self.slow.in_streams.push_back(InStream {
             recv_token,
             wanted,
@@ -581,7 +754,7 @@ impl ShmChannel {
             self.send_ctl(cts, p, 8);
             return;
         }
-        self.busy = true;
+        self.set_busy();
         let remote = addr as usize;
         self.slow.rndv_in.push(RndvIn {
             recv_token,
@@ -671,7 +844,7 @@ impl ShmChannel {
         if self.slow.ctl.is_empty() && self.try_send(&hdr, &payload[..plen]) {
             return;
         }
-        self.busy = true;
+        self.set_busy();
         self.slow.ctl.push_back(CtlRec { hdr, payload, plen });
     }
 
@@ -761,7 +934,7 @@ impl ShmChannel {
                         "PUT of {n} bytes at {start} (slot {slot}, chunk {chunk}) does not fit send of {len}"
                     ));
                 }
-                self.busy = true;
+                self.set_busy();
                 self.slow.puts.push_back(CmaPut {
                     send_token: h.seq,
                     recv_token,
@@ -801,7 +974,7 @@ impl ShmChannel {
                     end: off + n,
                     shared: true,
                 };
-                self.busy = true;
+                self.set_busy();
                 self.slow.reads.push_front(read);
             }
             t => return Err(format!("shm DATA record with unknown tag {t}")),
@@ -936,7 +1109,7 @@ impl ShmChannel {
     /// load of the next ring cell, one flag) is all an idle poll costs.
     #[inline(always)]
     pub fn poll(&mut self, peer: usize, st: &mut State) -> usize {
-        if !self.busy && !self.rx.maybe_ready() {
+        if !self.busy && !self.rx.as_ref().is_some_and(|r| r.maybe_ready()) {
             return 0;
         }
         self.poll_slow(peer, st)
@@ -945,11 +1118,14 @@ impl ShmChannel {
     /// Handles up to `batch` records of the box.
     fn poll_box(&mut self, peer: usize, st: &mut State, batch: usize) -> usize {
         let mut n = 0;
-        if self.health == Health::Open || !self.rx.is_empty() {
+        let Some(rx) = &self.rx else { return 0 };
+        if self.health == Health::Open || !rx.is_empty() {
             let info = self.info();
             let mut data = None;
             while n < batch {
-                let Some(rec) = self.rx.peek() else { break };
+                let Some(rec) = self.rx.as_mut().and_then(|r| r.peek()) else {
+                    break;
+                };
                 let bytes = rec.bytes();
                 let res = match Header::decode(bytes) {
                     Ok(h) if h.kind == Kind::Bye => {
