@@ -23,7 +23,12 @@ fn coll_check(launcher: &[&str]) {
             c.name()
         );
     }
-    for c in ["typed: ok", "concurrent: ok", "coll_check: all ok"] {
+    for c in [
+        "node_aware on split: ok",
+        "typed: ok",
+        "concurrent: ok",
+        "coll_check: all ok",
+    ] {
         assert!(t.contains(c), "{c} missing:\n{t}");
     }
 }
