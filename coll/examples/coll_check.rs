@@ -9,8 +9,9 @@
 //! flight on different communicators. Prints `<collective>: ok` lines and
 //! exits non-zero with a message on the first failure.
 //!
-//! `coll_check select` prints what selection picks for an allreduce (so
-//! tests can check `IBCOLL_ALLREDUCE_ALGORITHM` and `IBCOLL_TUNING_FILE`).
+//! `coll_check select` prints the communicator's network and what selection
+//! picks for an allreduce (so tests can check `IBCOLL_ALLREDUCE_ALGORITHM`,
+//! `IBCOLL_TUNING_FILE` and rules keyed by the network).
 //!
 //! `coll_check death` (2 or more ranks): the last rank dies in the middle
 //! of an allreduce; every other rank must get `PeerLost` and print
@@ -890,8 +891,12 @@ fn death(c: &Comm, case: DeathCase) {
 /// Prints what selection picks (environment and tuning file included) and
 /// whether an allreduce then works.
 fn select(c: &Comm) {
+    let net = ok!(c, c.network(), "network");
+    if c.rank() == 0 {
+        println!("select: network {}", net.name());
+    }
     for bytes in [8usize, 1 << 20] {
-        match ibcoll::select::choose(Collective::Allreduce, c.size(), 1, bytes, true) {
+        match ibcoll::select::choose(Collective::Allreduce, c.size(), 1, bytes, net, true) {
             Ok(ch) => println!(
                 "select: allreduce {bytes} -> {} seg {} window {}",
                 ch.algorithm, ch.segment_bytes, ch.window
