@@ -410,7 +410,7 @@ impl Table {
             .iter()
             .find(|r| {
                 (fast_ok || r.algorithm != SHM)
-                    && r.network.is_none_or(|n| n == net)
+                    && r.network.map_or(true, |n| n == net)
                     && r.collective == c
                     && size <= r.max_comm_size
                     && ppn <= r.max_ranks_per_node
