@@ -433,14 +433,14 @@ impl Comm {
         match self.coll.get() {
             Some(i) => Ok(i),
             None => self
-                .coll_info_first()
+                .coll_info_first(caller)
                 .map_err(|e| e.with_op(Op::Collective(caller))),
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn coll_info_first(&self) -> Result<&CollInfo> {
+    fn coll_info_first(&self, caller: Collective) -> Result<&CollInfo> {
         let n = self.size();
         // The process manager's map gives every rank's node without a
         // message (an allgather of node ids is n - 1 steps at scale).
@@ -468,7 +468,7 @@ impl Comm {
         let net = if nodes.iter().all(|&x| x == nodes[0]) {
             select::Net::Shm
         } else {
-            self.agree_net()?
+            self.agree_net(caller)?
         };
         Ok(self.coll.get_or_init(|| CollInfo {
             nodes,
@@ -483,8 +483,12 @@ impl Comm {
     /// the transport it reaches other nodes by (rdma where it has a verbs
     /// endpoint and the mode allows it), and the communicator takes the
     /// slowest, so that every rank selects alike even when some nodes
-    /// lack a device. One byte, recursive doubling: log2(size) steps.
-    fn agree_net(&self) -> Result<select::Net> {
+    /// lack a device. One byte, recursive doubling: log2(size) steps. It
+    /// runs as part of `caller`, the first collective (so the hang
+    /// watchdog names that one), before its `IBCOLL_CHECK` exchange on
+    /// blocking and nonblocking calls alike (either order on both would
+    /// let a blocking and a nonblocking first call wait for each other).
+    fn agree_net(&self, caller: Collective) -> Result<select::Net> {
         use crate::config::TransportMode;
         let mine = {
             let e = self.eng.borrow();
@@ -513,7 +517,7 @@ impl Comm {
                 recv.len(),
                 Some(byte_reduce::<u8>(ReduceOp::Max)),
                 self.wire(tag),
-                Op::Collective(Collective::Allreduce),
+                Op::Collective(caller),
             )
         }?;
         run::run_blocking(&mut self.eng.borrow_mut(), &mut r)?;
@@ -923,10 +927,10 @@ impl Comm {
         if let Some(x) = self.eng.borrow().poison_err(op) {
             return Err(x);
         }
+        let info = self.coll_info(c.spec.coll)?;
         if self.eng.borrow().cfg.check {
             self.check_call(&c.spec, true)?;
         }
-        let info = self.coll_info(c.spec.coll)?;
         let choice = select::choose(
             c.spec.coll,
             self.size(),
