@@ -54,6 +54,8 @@ for f in "$OUT"/*.txt; do
 done
 
 cargo build --release -q -p ibcoll-benches -p ibcoll-launcher
+# ibcoll-info lists the algorithms that ALGS= may force: built from this tree too.
+cargo build --release -q -p ibcoll --bin ibcoll-info
 mpicc.openmpi -O2 -o target/mpi/osu_coll_openmpi benches/mpi/osu_coll.c -lm
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 XS=()

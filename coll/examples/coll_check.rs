@@ -9,8 +9,9 @@
 //! flight on different communicators. Prints `<collective>: ok` lines and
 //! exits non-zero with a message on the first failure.
 //!
-//! `coll_check select` prints what selection picks for an allreduce (so
-//! tests can check `IBCOLL_ALLREDUCE_ALGORITHM` and `IBCOLL_TUNING_FILE`).
+//! `coll_check select` prints the communicator's network and what selection
+//! picks for an allreduce (so tests can check `IBCOLL_ALLREDUCE_ALGORITHM`,
+//! `IBCOLL_TUNING_FILE` and rules keyed by the network).
 //!
 //! `coll_check death` (2 or more ranks): the last rank dies in the middle
 //! of an allreduce; every other rank must get `PeerLost` and print
@@ -542,6 +543,41 @@ fn all_algorithms(c: &Comm, quick: bool) {
     }
 }
 
+/// The node-aware algorithms on a subset communicator (`split`): every
+/// third rank left out, so the subset's nodes hold uneven numbers of its
+/// ranks and its ranks are not a node's consecutive world ranks.
+fn node_aware_on_split(c: &Comm) {
+    let r = c.rank();
+    let s = ok!(c, c.split(i32::from(r % 3 == 2), r as i32), "split");
+    let s = s.unwrap_or_else(|| fail(c, "split gave no communicator".into()));
+    let mut n = 0;
+    for coll in Collective::ALL {
+        if !algorithms(coll).iter().any(|a| a.name == "node_aware") {
+            continue;
+        }
+        n += 1;
+        ok!(c, force_algorithm(coll, Some("node_aware")), "force");
+        for (i, &size) in sizes(&s, true).iter().enumerate() {
+            let form = [
+                Form::Blocking,
+                Form::InPlace,
+                Form::Nonblocking,
+                Form::NbInPlace,
+            ][i % 4];
+            let what = format!(
+                "{} node_aware on a split size {size} form {}",
+                coll.name(),
+                i % 4
+            );
+            one(&s, coll, size, form, &what);
+        }
+        ok!(c, force_algorithm(coll, None), "unforce");
+    }
+    if r == 0 {
+        println!("node_aware on split: ok ({n} collectives)");
+    }
+}
+
 fn typed(c: &Comm) {
     let (n, r) = (c.size(), c.rank());
     // Floating point: bit-identical results on every rank, every algorithm.
@@ -855,8 +891,12 @@ fn death(c: &Comm, case: DeathCase) {
 /// Prints what selection picks (environment and tuning file included) and
 /// whether an allreduce then works.
 fn select(c: &Comm) {
+    let net = ok!(c, c.network(), "network");
+    if c.rank() == 0 {
+        println!("select: network {}", net.name());
+    }
     for bytes in [8usize, 1 << 20] {
-        match ibcoll::select::choose(Collective::Allreduce, c.size(), 1, bytes, true) {
+        match ibcoll::select::choose(Collective::Allreduce, c.size(), 1, bytes, net, true) {
             Ok(ch) => println!(
                 "select: allreduce {bytes} -> {} seg {} window {}",
                 ch.algorithm, ch.segment_bytes, ch.window
@@ -886,6 +926,7 @@ fn main() {
         "select" => select(&c),
         "all" | "quick" => {
             all_algorithms(&c, mode == "quick");
+            node_aware_on_split(&c);
             typed(&c);
             concurrent(&c);
             if c.rank() == 0 {

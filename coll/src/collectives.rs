@@ -196,6 +196,9 @@ pub(crate) struct CollInfo {
     /// Local rank of every member when the communicator qualifies for the
     /// shared-memory fast paths (see `crate::fastpath::eligible`).
     fast: Option<Rc<[usize]>>,
+    /// The transport joining the communicator's nodes, the same on every
+    /// rank (selection's `Net`).
+    net: select::Net,
 }
 
 /// Hashes a context id as itself (no SipHash on every call).
@@ -430,14 +433,14 @@ impl Comm {
         match self.coll.get() {
             Some(i) => Ok(i),
             None => self
-                .coll_info_first()
+                .coll_info_first(caller)
                 .map_err(|e| e.with_op(Op::Collective(caller))),
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn coll_info_first(&self) -> Result<&CollInfo> {
+    fn coll_info_first(&self, caller: Collective) -> Result<&CollInfo> {
         let n = self.size();
         // The process manager's map gives every rank's node without a
         // message (an allgather of node ids is n - 1 steps at scale).
@@ -462,7 +465,71 @@ impl Comm {
             .max()
             .unwrap_or(1);
         let fast = fastpath::eligible(&self.eng.borrow(), &self.group).map(Into::into);
-        Ok(self.coll.get_or_init(|| CollInfo { nodes, ppn, fast }))
+        let net = if nodes.iter().all(|&x| x == nodes[0]) {
+            select::Net::Shm
+        } else {
+            self.agree_net(caller)?
+        };
+        Ok(self.coll.get_or_init(|| CollInfo {
+            nodes,
+            ppn,
+            fast,
+            net,
+        }))
+    }
+
+    /// The transport joining this multi-node communicator's nodes, agreed
+    /// by every member (once, at the first collective): each rank names
+    /// the transport it reaches other nodes by (rdma where it has a verbs
+    /// endpoint and the mode allows it), and the communicator takes the
+    /// slowest, so that every rank selects alike even when some nodes
+    /// lack a device. One byte, recursive doubling: log2(size) steps. It
+    /// runs as part of `caller`, the first collective (so the hang
+    /// watchdog names that one), before its `IBCOLL_CHECK` exchange on
+    /// blocking and nonblocking calls alike (either order on both would
+    /// let a blocking and a nonblocking first call wait for each other).
+    fn agree_net(&self, caller: Collective) -> Result<select::Net> {
+        use crate::config::TransportMode;
+        let mine = {
+            let e = self.eng.borrow();
+            match e.cfg.transport {
+                TransportMode::Tcp => select::Net::Tcp,
+                TransportMode::Rdma => select::Net::Rdma,
+                TransportMode::Auto if e.me.verbs => select::Net::Rdma,
+                TransportMode::Auto => select::Net::Tcp,
+            }
+        };
+        let spec = Spec::new(Collective::Allreduce, 1, 1).uniform();
+        let args = self.args(&spec, "recursive_doubling", &[], 65536, 8);
+        let sched = (find(Collective::Allreduce, "recursive_doubling").and_then(|a| a.schedule()))
+            .map(|b| b(&args))
+            .unwrap_or_default();
+        let send = [mine.code()];
+        let mut recv = [0u8];
+        let tag = self.next_tag();
+        // SAFETY: `send` and `recv` outlive the blocking run below.
+        let mut r = unsafe {
+            Run::new(
+                sched,
+                send.as_ptr(),
+                send.len(),
+                recv.as_mut_ptr(),
+                recv.len(),
+                Some(byte_reduce::<u8>(ReduceOp::Max)),
+                self.wire(tag),
+                Op::Collective(caller),
+            )
+        }?;
+        run::run_blocking(&mut self.eng.borrow_mut(), &mut r)?;
+        Ok(select::Net::from_code(recv[0]))
+    }
+
+    /// The transport joining this communicator's nodes as selection sees
+    /// it (`shm` within one node); agreed by every member at the first
+    /// collective, so this is a collective call on a communicator that has
+    /// run none yet.
+    pub fn network(&self) -> Result<select::Net> {
+        self.coll_info(Collective::Barrier).map(|i| i.net)
     }
 
     /// Ring allgather of `send` (one block of every rank) into `recv`, on
@@ -789,8 +856,9 @@ impl Comm {
         };
         let fast_ok =
             info.fast.is_some() && fastpath::bytes_needed(s.coll, &io, self.size()) <= shm_bytes;
-        let (choice, shm) = select::choose_marked(s.coll, self.size(), info.ppn, s.bytes, fast_ok)
-            .map_err(|e| e.with_op(op))?;
+        let (choice, shm) =
+            select::choose_marked(s.coll, self.size(), info.ppn, s.bytes, info.net, fast_ok)
+                .map_err(|e| e.with_op(op))?;
         if shm {
             if let Some(locals) = &info.fast {
                 let mut e = self.eng.borrow_mut();
@@ -923,12 +991,19 @@ impl Comm {
         if let Some(x) = self.eng.borrow().poison_err(op) {
             return Err(x);
         }
+        let info = self.coll_info(c.spec.coll)?;
         if self.eng.borrow().cfg.check {
             self.check_call(&c.spec, true)?;
         }
-        let info = self.coll_info(c.spec.coll)?;
-        let choice = select::choose(c.spec.coll, self.size(), info.ppn, c.spec.bytes, false)
-            .map_err(|e| e.with_op(op))?;
+        let choice = select::choose(
+            c.spec.coll,
+            self.size(),
+            info.ppn,
+            c.spec.bytes,
+            info.net,
+            false,
+        )
+        .map_err(|e| e.with_op(op))?;
         let mut run = self.build(c, choice, &info.nodes)?;
         if let Some(k) = keep {
             run.keep(k);

@@ -23,7 +23,12 @@ fn coll_check(launcher: &[&str]) {
             c.name()
         );
     }
-    for c in ["typed: ok", "concurrent: ok", "coll_check: all ok"] {
+    for c in [
+        "node_aware on split: ok",
+        "typed: ok",
+        "concurrent: ok",
+        "coll_check: all ok",
+    ] {
         assert!(t.contains(c), "{c} missing:\n{t}");
     }
 }
@@ -116,8 +121,12 @@ fn collectives_4_ranks_without_cma() {
 // ---------------------------------------------------------------- selection
 
 fn select_run(env: &[(&str, &str)]) -> String {
+    select_run_on(&["-n", "3"], env)
+}
+
+fn select_run_on(launch: &[&str], env: &[(&str, &str)]) -> String {
     let mut cmd = Command::new(ibrun());
-    cmd.args(["--timeout", "60", "-n", "3"]);
+    cmd.args(["--timeout", "60"]).args(launch);
     for (k, v) in env {
         cmd.args(["-x", &format!("{k}={v}")]);
     }
@@ -166,6 +175,53 @@ fn algorithm_forced_by_environment_and_tuning_file() {
     let t = select_run(&[("IBCOLL_TUNING_FILE", &f)]);
     assert!(
         t.contains("IBCOLL_TUNING_FILE") && t.contains("select: allreduce error"),
+        "{t}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Rules keyed by the network: the communicator agrees on the transport
+/// joining its nodes (`shm` on one node, `tcp` between virtual nodes
+/// over tcp), and a rule naming another network is skipped.
+#[test]
+fn selection_keyed_by_the_network() {
+    let dir = std::env::temp_dir().join(format!("ibcoll-net-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let file = dir.join("table.json");
+    std::fs::write(
+        &file,
+        r#"{"rules": [{"collective": "allreduce", "algorithm": "ring", "network": "rdma"},
+                     {"collective": "allreduce", "algorithm": "rabenseifner", "network": "tcp"},
+                     {"collective": "allreduce", "algorithm": "node_aware"}]}"#,
+    )
+    .expect("write table");
+    let f = file.to_string_lossy().into_owned();
+    let env = [
+        ("IBCOLL_TUNING_FILE", f.as_str()),
+        ("IBCOLL_TRANSPORT", "tcp"),
+    ];
+    let t = select_run_on(&["-n", "4", "--nodes", "2"], &env);
+    assert!(
+        t.contains("select: network tcp")
+            && t.contains("allreduce 8 -> rabenseifner")
+            && t.contains("select: allreduce ok"),
+        "{t}"
+    );
+    let t = select_run_on(&["-n", "3"], &env[..1]);
+    assert!(
+        t.contains("select: network shm")
+            && t.contains("allreduce 8 -> node_aware")
+            && t.contains("select: allreduce ok"),
+        "{t}"
+    );
+    std::fs::write(
+        &file,
+        r#"{"rules": [{"collective": "allreduce", "algorithm": "ring", "network": "ib"}]}"#,
+    )
+    .expect("write");
+    let t = select_run_on(&["-n", "2"], &env[..1]);
+    assert!(
+        t.contains("unknown network \"ib\"") && t.contains("select: allreduce error"),
         "{t}"
     );
     let _ = std::fs::remove_dir_all(&dir);

@@ -71,3 +71,47 @@ impl Levels {
         self.groups.iter().map(|g| g.len()).min().unwrap_or(1)
     }
 }
+
+/// The leaders' binomial tree of a rooted collective that moves whole
+/// nodes' blocks (gather, scatter): nodes numbered from the root's node,
+/// a leader's subtree covers consecutive relative nodes, so its blocks
+/// are one contiguous range in that order.
+pub(crate) struct NodeTree {
+    /// Number of nodes.
+    pub k: usize,
+    /// This rank's node, relative to the root's.
+    pub pos: usize,
+    /// `first[v]`: blocks before relative node v (k + 1 entries).
+    pub first: Vec<usize>,
+    root_node: usize,
+}
+
+impl NodeTree {
+    pub fn new(l: &Levels) -> NodeTree {
+        let k = l.groups.len();
+        let mut first = Vec::with_capacity(k + 1);
+        let mut s = 0;
+        first.push(0);
+        for v in 0..k {
+            s += l.groups[(v + l.root_node) % k].len();
+            first.push(s);
+        }
+        NodeTree {
+            k,
+            pos: (l.node + k - l.root_node) % k,
+            first,
+            root_node: l.root_node,
+        }
+    }
+
+    /// Index in `Levels::groups` of relative node `v`.
+    pub fn node(&self, v: usize) -> usize {
+        (v + self.root_node) % self.k
+    }
+
+    /// Blocks of the subtree of relative node `v`: (first, number).
+    pub fn span(&self, v: usize) -> (usize, usize) {
+        let end = v + crate::algorithms::subtree(v, self.k);
+        (self.first[v], self.first[end] - self.first[v])
+    }
+}

@@ -294,6 +294,7 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
             const L: &[Algorithm] = &[
                 alg("binomial", gather::binomial::build),
                 alg("linear", gather::linear::build),
+                alg("node_aware", gather::node_aware::build),
                 SHM_ALG,
             ];
             L
@@ -306,6 +307,7 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
             const L: &[Algorithm] = &[
                 alg("binomial", scatter::binomial::build),
                 alg("linear", scatter::linear::build),
+                alg("node_aware", scatter::node_aware::build),
                 SHM_ALG,
             ];
             L
@@ -349,6 +351,7 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
                     "recursive_halving",
                     reduce_scatter::recursive_halving::build,
                 ),
+                alg("node_aware", reduce_scatter::node_aware::build),
                 SHM_ALG,
             ];
             L

@@ -6,7 +6,7 @@
 
 use serde::Deserialize;
 
-use super::{names, Rule, Table, ANY, SEG, WINDOW};
+use super::{names, Net, Rule, Table, ANY, SEG, WINDOW};
 use crate::algorithms::{find, Collective};
 
 #[derive(Deserialize)]
@@ -25,6 +25,7 @@ struct RuleText {
     max_ranks_per_node: Option<u64>,
     max_bytes: Option<u64>,
     min_nodes: Option<u64>,
+    network: Option<String>,
     segment_bytes: Option<u64>,
     window: Option<u64>,
 }
@@ -53,12 +54,19 @@ pub(super) fn table(text: &str) -> Result<Table, String> {
                 names(c)
             )
         })?;
+        let network = match r.network.as_deref() {
+            None => None,
+            Some(n) => Some(Net::from_name(n).ok_or_else(|| {
+                format!("rule {i}: unknown network {n:?} (valid: shm, tcp, rdma)")
+            })?),
+        };
         out.push(Rule {
             collective: c,
             max_comm_size: size(r.max_comm_size, ANY),
             max_ranks_per_node: size(r.max_ranks_per_node, ANY),
             max_bytes: size(r.max_bytes, ANY),
             min_nodes: size(r.min_nodes, 1),
+            network,
             algorithm: a.name,
             segment_bytes: size(r.segment_bytes, SEG).max(1),
             window: size(r.window, WINDOW).max(1),

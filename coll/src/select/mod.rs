@@ -2,6 +2,12 @@
 //! ranks per node and **bytes per rank**, mapping to an algorithm and its
 //! parameters (pipeline segment, in-flight window).
 //!
+//! The network is part of the key: [`Net`], the transport that joins the
+//! communicator's nodes (one summary per communicator, the same on every
+//! rank: `tcp` if any rank would reach another node over tcp, `rdma` if
+//! every one does so over verbs, `shm` for a communicator within one
+//! node). A rule may name the network it was measured on.
+//!
 //! Order of precedence for each call:
 //! 1. [`force_algorithm`] (a per-thread override for tests and benchmarks);
 //! 2. `IBCOLL_<COLL>_ALGORITHM=name` (an unknown name is an error listing
@@ -21,14 +27,15 @@
 //! { "rules": [
 //!   { "collective": "allreduce", "algorithm": "ring",
 //!     "max_comm_size": 64, "max_ranks_per_node": 8, "max_bytes": 1048576,
-//!     "min_nodes": 1, "segment_bytes": 65536, "window": 8 }
+//!     "min_nodes": 1, "network": "tcp", "segment_bytes": 65536, "window": 8 }
 //! ] }
 //! ```
 //! A rule matches when the communicator size, ranks per node and bytes per
 //! rank are each at most its `max_*` (a missing or `null` bound is
 //! unbounded) and the communicator spans at least `min_nodes` nodes (default
-//! 1; estimated as `ceil(size / ranks per node)`); the first matching rule
-//! wins. `segment_bytes` (pipelined algorithms) and `window` (linear
+//! 1; estimated as `ceil(size / ranks per node)`) and, if the rule names a
+//! `network` (`shm`, `tcp` or `rdma`), its nodes are joined by that one;
+//! the first matching rule wins. `segment_bytes` (pipelined algorithms) and `window` (linear
 //! alltoall) default to 65536 and 8. Numbers are non-negative integers;
 //! unknown fields (at either level), collectives and algorithms are errors.
 
@@ -38,6 +45,52 @@ use std::cell::RefCell;
 
 use crate::algorithms::{algorithms, find, Collective, SHM};
 use crate::error::{Error, Result};
+
+/// The transport joining a communicator's nodes, as selection sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Net {
+    /// One node: no inter-node phase.
+    #[default]
+    Shm,
+    /// tcp between some of the nodes.
+    Tcp,
+    /// rdma (verbs) between every pair of nodes.
+    Rdma,
+}
+
+impl Net {
+    pub fn name(self) -> &'static str {
+        match self {
+            Net::Shm => "shm",
+            Net::Tcp => "tcp",
+            Net::Rdma => "rdma",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Net> {
+        [Net::Shm, Net::Tcp, Net::Rdma]
+            .into_iter()
+            .find(|n| n.name() == s)
+    }
+
+    /// One byte for the communicator's agreement (a maximum over ranks:
+    /// one tcp pair makes the whole communicator tcp).
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            Net::Shm => 0,
+            Net::Rdma => 1,
+            Net::Tcp => 2,
+        }
+    }
+
+    pub(crate) fn from_code(c: u8) -> Net {
+        match c {
+            0 => Net::Shm,
+            1 => Net::Rdma,
+            _ => Net::Tcp,
+        }
+    }
+}
 
 /// What selection picked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +110,8 @@ pub struct Rule {
     /// At least this many nodes (estimated as `ceil(size / ranks per
     /// node)`, exact for block placement); 1 = any.
     pub min_nodes: usize,
+    /// Only where this network joins the nodes (`None`: any).
+    pub network: Option<Net>,
     pub algorithm: &'static str,
     pub segment_bytes: usize,
     pub window: usize,
@@ -79,6 +134,7 @@ fn rule(c: Collective, size: usize, ppn: usize, bytes: usize, alg: &'static str)
         max_ranks_per_node: ppn,
         max_bytes: bytes,
         min_nodes: 1,
+        network: None,
         algorithm: alg,
         segment_bytes: SEG,
         window: WINDOW,
@@ -119,6 +175,13 @@ const MOVE_PIECES_UPTO: usize = 128 * 1024;
 /// `r` only for communicators spanning two nodes or more.
 fn multi_node(mut r: Rule) -> Rule {
     r.min_nodes = 2;
+    r
+}
+
+/// `r` only across nodes joined by tcp (measured on the simulated hosts).
+fn over_tcp(mut r: Rule) -> Rule {
+    r.min_nodes = 2;
+    r.network = Some(Net::Tcp);
     r
 }
 
@@ -168,6 +231,10 @@ impl Table {
             shm(Reduce, ANY, 64 * k),
             shm(Gather, ANY, 64 * k),
             shm(Scatter, 4, 64 * k),
+            // Across nodes over tcp, small blocks: the two-level scatter
+            // (simulated hosts, 8 B, us: 2 x 2 15.1 (14.4-24.8) vs 68.4
+            // (37-119) linear, Open MPI 8.6; 4 x 2 183 vs 179, equal).
+            over_tcp(rule(Scatter, ANY, ANY, 512, "node_aware")),
             rule(Scatter, 15, ANY, 512, "linear"),
             rule(Scatter, ANY, ANY, 512, "binomial"),
             shm(Scatter, ANY, 64 * k),
@@ -230,12 +297,12 @@ impl Table {
             // for small vectors over 2 virtual nodes, 7.3 ms vs 8.9
             // (Rabenseifner) and 18 (recursive doubling) at 1 MiB).
             rule(Allreduce, ANY, 1, 32 * k, "recursive_doubling"),
-            // Two nodes (<= 4 ranks) from 32 KiB: the ring, whose one
-            // inter-node hop per step streams best over tcp (simulated
+            // Two nodes (<= 4 ranks) joined by tcp from 32 KiB: the ring,
+            // whose one inter-node hop per step streams best over tcp (simulated
             // hosts, 1 MiB: 2 x 1 426-447 vs 637-712 us Rabenseifner,
             // 2 x 2 4.3 vs 7.4-9.0 ms node-aware).
             multi_node(rule(Allreduce, ANY, ANY, 32 * k, "node_aware")),
-            multi_node(rule(Allreduce, 4, ANY, ANY, "ring")),
+            over_tcp(rule(Allreduce, 4, ANY, ANY, "ring")),
             seg(rule(Allreduce, 8, 1, 512 * k, "ring"), ANY),
             rule(Allreduce, ANY, 1, ANY, "rabenseifner"),
             multi,
@@ -287,6 +354,18 @@ impl Table {
             rule(ReduceScatter, ANY, ANY, 8 * k, "recursive_halving"),
         ]);
         rules.extend(pieces_on_two(ReduceScatter, "ring", PIECES_UPTO));
+        // Across nodes over tcp, small blocks: the two-level form, one
+        // round across nodes (simulated hosts, 8 B, us: 4 x 2 475
+        // (400-508) vs 553 (550-556) recursive halving, Open MPI 548;
+        // 2 x 2 200 vs 211, within the noise). At 64 KiB it loses on
+        // 2 x 2 (3647 vs 918: the whole vector through each node's reduce).
+        rules.push(over_tcp(rule(
+            ReduceScatterBlock,
+            ANY,
+            ANY,
+            k,
+            "node_aware",
+        )));
         rules.push(rule(
             ReduceScatterBlock,
             ANY,
@@ -308,8 +387,8 @@ impl Table {
             // overlap (simulated hosts, 8 B, us: scan 2 x 2 1.6 vs 120
             // recursive doubling vs 3.5 Open MPI, 4 x 2 3.9 vs 925 vs 6.7;
             // exscan alike). A single call still takes n - 1 hops.
-            multi_node(rule(Scan, 8, ANY, 64 * k - 1, "chain")),
-            multi_node(rule(Exscan, 8, ANY, 64 * k - 1, "chain")),
+            over_tcp(rule(Scan, 8, ANY, 64 * k - 1, "chain")),
+            over_tcp(rule(Exscan, 8, ANY, 64 * k - 1, "chain")),
             rule(Scan, ANY, ANY, 64 * k - 1, "recursive_doubling"),
             seg(rule(Scan, 8, ANY, ANY, "chain"), 256 * k),
             rule(Scan, ANY, ANY, ANY, "recursive_doubling"),
@@ -321,8 +400,15 @@ impl Table {
     }
 
     /// The first rule matching the key.
-    pub fn lookup(&self, c: Collective, size: usize, ppn: usize, bytes: usize) -> Option<Choice> {
-        self.lookup_where(c, size, ppn, bytes, true)
+    pub fn lookup(
+        &self,
+        c: Collective,
+        size: usize,
+        ppn: usize,
+        bytes: usize,
+        net: Net,
+    ) -> Option<Choice> {
+        self.lookup_where(c, size, ppn, bytes, net, true)
     }
 
     /// The first rule matching the key, skipping the shared-memory fast
@@ -333,12 +419,14 @@ impl Table {
         size: usize,
         ppn: usize,
         bytes: usize,
+        net: Net,
         fast_ok: bool,
     ) -> Option<Choice> {
         self.rules
             .iter()
             .find(|r| {
                 (fast_ok || r.algorithm != SHM)
+                    && r.network.map_or(true, |n| n == net)
                     && r.collective == c
                     && size <= r.max_comm_size
                     && ppn <= r.max_ranks_per_node
@@ -369,8 +457,8 @@ pub fn names(c: Collective) -> String {
 }
 
 /// A key of the per-collective memo of [`choose`]: (forcing generation,
-/// size, ranks per node, bytes, fast path allowed).
-type MemoKey = (u64, usize, usize, usize, bool);
+/// size, ranks per node, bytes, network, fast path allowed).
+type MemoKey = (u64, usize, usize, usize, Net, bool);
 
 thread_local! {
     static FORCED: RefCell<[Option<&'static str>; 16]> = const { RefCell::new([None; 16]) };
@@ -415,9 +503,10 @@ fn default_lookup(
     size: usize,
     ppn: usize,
     bytes: usize,
+    net: Net,
     fast_ok: bool,
 ) -> Option<Choice> {
-    DEFAULT.with(|t| t.lookup_where(c, size, ppn, bytes, fast_ok))
+    DEFAULT.with(|t| t.lookup_where(c, size, ppn, bytes, net, fast_ok))
 }
 
 /// Forces (or with `None` releases) the algorithm of `c` for every later
@@ -449,12 +538,13 @@ fn file_lookup(
     size: usize,
     ppn: usize,
     bytes: usize,
+    net: Net,
     fast_ok: bool,
 ) -> Result<Option<Choice>> {
     if FILE.with(|f| matches!(&*f.borrow(), Some(Ok(None)))) {
         return Ok(None);
     }
-    Ok(tuning_file()?.and_then(|t| t.lookup_where(c, size, ppn, bytes, fast_ok)))
+    Ok(tuning_file()?.and_then(|t| t.lookup_where(c, size, ppn, bytes, net, fast_ok)))
 }
 
 fn tuning_file() -> Result<Option<Table>> {
@@ -493,9 +583,10 @@ pub fn choose(
     size: usize,
     ppn: usize,
     bytes: usize,
+    net: Net,
     fast_ok: bool,
 ) -> Result<Choice> {
-    choose_marked(c, size, ppn, bytes, fast_ok).map(|(ch, _)| ch)
+    choose_marked(c, size, ppn, bytes, net, fast_ok).map(|(ch, _)| ch)
 }
 
 /// [`choose`], and whether the choice is the shared-memory fast path.
@@ -505,9 +596,10 @@ pub(crate) fn choose_marked(
     size: usize,
     ppn: usize,
     bytes: usize,
+    net: Net,
     fast_ok: bool,
 ) -> Result<(Choice, bool)> {
-    let key = (GENERATION.with(|g| g.get()), size, ppn, bytes, fast_ok);
+    let key = (GENERATION.with(|g| g.get()), size, ppn, bytes, net, fast_ok);
     let hit = MEMO.with(|m| match m.borrow()[c.index()] {
         Some((k, ch, shm)) if k == key => Some((ch, shm)),
         _ => None,
@@ -520,12 +612,9 @@ pub(crate) fn choose_marked(
 
 #[cold]
 #[inline(never)]
-fn choose_and_remember(
-    c: Collective,
-    key: (u64, usize, usize, usize, bool),
-) -> Result<(Choice, bool)> {
-    let (_, size, ppn, bytes, fast_ok) = key;
-    let ch = choose_uncached(c, size, ppn, bytes, fast_ok)?;
+fn choose_and_remember(c: Collective, key: MemoKey) -> Result<(Choice, bool)> {
+    let (_, size, ppn, bytes, net, fast_ok) = key;
+    let ch = choose_uncached(c, size, ppn, bytes, net, fast_ok)?;
     let shm = ch.algorithm == SHM;
     MEMO.with(|m| m.borrow_mut()[c.index()] = Some((key, ch, shm)));
     Ok((ch, shm))
@@ -536,6 +625,7 @@ fn choose_uncached(
     size: usize,
     ppn: usize,
     bytes: usize,
+    net: Net,
     fast_ok: bool,
 ) -> Result<Choice> {
     let dflt = |alg: &'static str| Choice {
@@ -545,7 +635,7 @@ fn choose_uncached(
     };
     let usable = |a: &str| fast_ok || a != SHM;
     if let Some(a) = FORCED.with(|f| f.borrow()[c.index()]).filter(|a| usable(a)) {
-        let base = default_lookup(c, size, ppn, bytes, fast_ok);
+        let base = default_lookup(c, size, ppn, bytes, net, fast_ok);
         return Ok(Choice {
             algorithm: a,
             ..base.unwrap_or(dflt(a))
@@ -563,10 +653,10 @@ fn choose_uncached(
             })
         }
     }
-    if let Some(ch) = file_lookup(c, size, ppn, bytes, fast_ok)? {
+    if let Some(ch) = file_lookup(c, size, ppn, bytes, net, fast_ok)? {
         return Ok(ch);
     }
-    Ok(default_lookup(c, size, ppn, bytes, fast_ok).unwrap_or(dflt(algorithms(c)[0].name)))
+    Ok(default_lookup(c, size, ppn, bytes, net, fast_ok).unwrap_or(dflt(algorithms(c)[0].name)))
 }
 
 #[cfg(test)]
@@ -579,7 +669,7 @@ mod tests {
         for c in Collective::ALL {
             for size in [1, 2, 7, 64, 5000] {
                 for bytes in [0, 1, 1 << 12, 1 << 20, 1 << 30] {
-                    let ch = t.lookup(c, size, 4, bytes).expect("a rule");
+                    let ch = t.lookup(c, size, 4, bytes, Net::Tcp).expect("a rule");
                     assert!(find(c, ch.algorithm).is_some(), "{c:?} {}", ch.algorithm);
                 }
             }
@@ -591,7 +681,7 @@ mod tests {
         let t = Table::default_table();
         // Several nodes: the fast path never qualifies.
         let pick = |size, ppn, bytes| {
-            t.lookup_where(Collective::Allreduce, size, ppn, bytes, false)
+            t.lookup_where(Collective::Allreduce, size, ppn, bytes, Net::Tcp, false)
                 .unwrap()
                 .algorithm
         };
@@ -603,25 +693,47 @@ mod tests {
         assert_eq!(pick(2, 1, 1 << 20), "ring");
         assert_eq!(pick(8, 2, 1 << 20), "node_aware");
         let barrier = |size, ppn| {
-            t.lookup_where(Collective::Barrier, size, ppn, 0, false)
+            t.lookup_where(Collective::Barrier, size, ppn, 0, Net::Tcp, false)
                 .unwrap()
                 .algorithm
         };
         assert_eq!(barrier(8, 2), "node_aware");
         assert_eq!(barrier(8, 8), "dissemination");
         let scan = |size, ppn| {
-            t.lookup_where(Collective::Scan, size, ppn, 8, false)
+            t.lookup_where(Collective::Scan, size, ppn, 8, Net::Tcp, false)
                 .unwrap()
                 .algorithm
         };
         assert_eq!(scan(4, 2), "chain");
         assert_eq!(scan(64, 2), "recursive_doubling");
+        // The rules measured over tcp stay there: over rdma two nodes of
+        // two ranks keep the node-aware allreduce at 1 MiB and the scan
+        // its recursive doubling.
+        let on = |c, net, bytes| {
+            t.lookup_where(c, 4, 2, bytes, net, false)
+                .unwrap()
+                .algorithm
+        };
+        assert_eq!(on(Collective::Allreduce, Net::Tcp, 1 << 20), "ring");
+        assert_eq!(on(Collective::Allreduce, Net::Rdma, 1 << 20), "node_aware");
+        assert_eq!(on(Collective::Scan, Net::Rdma, 8), "recursive_doubling");
+        assert_eq!(on(Collective::Barrier, Net::Rdma, 0), "node_aware");
+        assert_eq!(on(Collective::Scatter, Net::Tcp, 8), "node_aware");
+        assert_eq!(on(Collective::Scatter, Net::Rdma, 8), "linear");
+        assert_eq!(
+            on(Collective::ReduceScatterBlock, Net::Tcp, 8),
+            "node_aware"
+        );
+        assert_ne!(
+            on(Collective::ReduceScatterBlock, Net::Tcp, 1 << 16),
+            "node_aware"
+        );
         let j = Table::from_json(
             r#"{"rules":[{"collective":"bcast","algorithm":"chain","min_nodes":3}]}"#,
         )
         .unwrap();
-        assert!(j.lookup(Collective::Bcast, 4, 2, 1).is_none());
-        assert!(j.lookup(Collective::Bcast, 6, 2, 1).is_some());
+        assert!(j.lookup(Collective::Bcast, 4, 2, 1, Net::Tcp).is_none());
+        assert!(j.lookup(Collective::Bcast, 6, 2, 1, Net::Tcp).is_some());
     }
 
     #[test]
@@ -631,11 +743,15 @@ mod tests {
                          {"collective":"bcast","algorithm":"chain","segment_bytes":4096}]}"#,
         )
         .unwrap();
-        let c = t.lookup(Collective::Allreduce, 8, 1, 100).unwrap();
+        let c = t
+            .lookup(Collective::Allreduce, 8, 1, 100, Net::Tcp)
+            .unwrap();
         assert_eq!((c.algorithm, c.window), ("ring", 3));
-        assert!(t.lookup(Collective::Allreduce, 8, 1, 101).is_none());
+        assert!(t
+            .lookup(Collective::Allreduce, 8, 1, 101, Net::Tcp)
+            .is_none());
         assert_eq!(
-            t.lookup(Collective::Bcast, 3, 3, 1 << 30)
+            t.lookup(Collective::Bcast, 3, 3, 1 << 30, Net::Tcp)
                 .unwrap()
                 .segment_bytes,
             4096
@@ -644,6 +760,17 @@ mod tests {
             .unwrap_err();
         assert!(e.contains("recursive_doubling"), "{e}");
         assert!(Table::from_json(r#"{"rules":[{"collective":"x","algorithm":"ring"}]}"#).is_err());
+        let n = Table::from_json(
+            r#"{"rules":[{"collective":"bcast","algorithm":"chain","network":"rdma"}]}"#,
+        )
+        .unwrap();
+        assert!(n.lookup(Collective::Bcast, 4, 2, 1, Net::Rdma).is_some());
+        assert!(n.lookup(Collective::Bcast, 4, 2, 1, Net::Tcp).is_none());
+        let e = Table::from_json(
+            r#"{"rules":[{"collective":"bcast","algorithm":"chain","network":"ib"}]}"#,
+        )
+        .unwrap_err();
+        assert!(e.contains("unknown network") && e.contains("rdma"), "{e}");
         assert!(Table::from_json(
             r#"{"rules":[{"collective":"bcast","algorithm":"chain","max_bytes":-1}]}"#
         )
@@ -658,7 +785,9 @@ mod tests {
     fn forcing() {
         force_algorithm(Collective::Scan, Some("recursive_doubling")).unwrap();
         assert_eq!(
-            choose(Collective::Scan, 4, 1, 8, true).unwrap().algorithm,
+            choose(Collective::Scan, 4, 1, 8, Net::Shm, true)
+                .unwrap()
+                .algorithm,
             "recursive_doubling"
         );
         let e = force_algorithm(Collective::Bcast, Some("bogus"))
