@@ -20,29 +20,43 @@ use crate::state::{self, index};
 /// Where a call's request goes: `None` for a blocking call.
 type Req = Option<*mut MPI_Request>;
 
+#[inline(always)]
 fn check_root(c: &Comm, root: c_int) -> R<usize> {
     if root < 0 || root as usize >= c.size() {
-        return err(
+        return bad_root(c, root);
+    }
+    Ok(root as usize)
+}
+
+#[cold]
+fn bad_root(c: &Comm, root: c_int) -> R<usize> {
+    {
+        err(
             MPI_ERR_ROOT,
             format!(
                 "rank {}: root {root} is not in the communicator of size {}",
                 c.world_rank(c.rank()).unwrap_or(0),
                 c.size()
             ),
-        );
+        )
     }
-    Ok(root as usize)
 }
 
+#[inline(always)]
 fn contiguous(dt: MPI_Datatype) -> R<Ty> {
     let t = ty(dt)?;
     if !t.is_contiguous() {
-        return err(
-            MPI_ERR_TYPE,
-            format!("datatype {dt:#x} is not contiguous: collectives take contiguous types"),
-        );
+        return not_contiguous(dt);
     }
     Ok(t)
+}
+
+#[cold]
+fn not_contiguous<T>(dt: MPI_Datatype) -> R<T> {
+    err(
+        MPI_ERR_TYPE,
+        format!("datatype {dt:#x} is not contiguous: collectives take contiguous types"),
+    )
 }
 
 /// Stores a started nonblocking collective as a request.
@@ -69,12 +83,17 @@ fn check_req(req: Req) -> R<()> {
 /// Send and receive bytes of one block must agree.
 fn same(what: &str, s: usize, r: usize) -> R<()> {
     if s != r {
-        return err(
-            MPI_ERR_TRUNCATE,
-            format!("{what}: the send block has {s} bytes, the receive block {r}"),
-        );
+        return mismatch(what, s, r);
     }
     Ok(())
+}
+
+#[cold]
+fn mismatch(what: &str, s: usize, r: usize) -> R<()> {
+    err(
+        MPI_ERR_TRUNCATE,
+        format!("{what}: the send block has {s} bytes, the receive block {r}"),
+    )
 }
 
 /// A C array of `n` counts or displacements, times `unit`, into `v`.
@@ -655,16 +674,15 @@ unsafe fn gather_scatter(
             bytes_mut(all_buf, n * all),
         )
     };
-    let s = static_scope();
     let r = match (scatter, in_place, req) {
         (false, false, None) => return Ok(c.gather(mine, whole, root)?),
         (false, true, None) => return Ok(c.gather_in_place(whole, root)?),
         (true, false, None) => return Ok(c.scatter(whole, mine, root)?),
         (true, true, None) => return Ok(c.scatter_in_place(whole, root)?),
-        (false, false, Some(_)) => c.igather(s, mine, whole, root)?,
-        (false, true, Some(_)) => c.igather_in_place(s, whole, root)?,
-        (true, false, Some(_)) => c.iscatter(s, whole, mine, root)?,
-        (true, true, Some(_)) => c.iscatter_in_place(s, whole, root)?,
+        (false, false, Some(_)) => c.igather(static_scope(), mine, whole, root)?,
+        (false, true, Some(_)) => c.igather_in_place(static_scope(), whole, root)?,
+        (true, false, Some(_)) => c.iscatter(static_scope(), whole, mine, root)?,
+        (true, true, Some(_)) => c.iscatter_in_place(static_scope(), whole, root)?,
     };
     store(req.unwrap_or(std::ptr::null_mut()), r, comm, Vec::new())
 }
@@ -831,14 +849,13 @@ unsafe fn gather_scatter_v(
                 ),
             );
         }
-        let s = static_scope();
         // SAFETY: `whole` is the caller's (kept valid by MPI's contract).
         let whole = unsafe { forever_mut(whole) };
         let r = match (scatter, req) {
             (false, None) => return Ok(c.gatherv(mine, whole, k, d, root)?),
             (true, None) => return Ok(c.scatterv(whole, k, d, mine, root)?),
-            (false, Some(_)) => c.igatherv(s, mine, whole, k, d, root)?,
-            (true, Some(_)) => c.iscatterv(s, whole, k, d, mine, root)?,
+            (false, Some(_)) => c.igatherv(static_scope(), mine, whole, k, d, root)?,
+            (true, Some(_)) => c.iscatterv(static_scope(), whole, k, d, mine, root)?,
         };
         store(req.unwrap_or(std::ptr::null_mut()), r, comm, keep)
     })
@@ -1028,16 +1045,20 @@ unsafe fn all_to_on(
     // SAFETY: MPI's contract for both buffers; a nonblocking call's stay
     // valid until it completes.
     let (sb, rb) = unsafe { (bytes(sbuf, sn), bytes_mut(rbuf, n * block)) };
-    let s = static_scope();
-    let r = match (alltoall, in_place, req) {
+    match (alltoall, in_place, req) {
         (false, false, None) => return Ok(c.allgather(sb, rb)?),
         (false, true, None) => return Ok(c.allgather_in_place(rb)?),
         (true, false, None) => return Ok(c.alltoall(sb, rb)?),
         (true, true, None) => return Ok(c.alltoall_in_place(rb)?),
-        (false, false, Some(_)) => c.iallgather(s, sb, rb)?,
-        (false, true, Some(_)) => c.iallgather_in_place(s, rb)?,
-        (true, false, Some(_)) => c.ialltoall(s, sb, rb)?,
-        (true, true, Some(_)) => c.ialltoall_in_place(s, rb)?,
+        _ => {}
+    };
+    // A thread-local of ibcoll's: only nonblocking calls read it.
+    let s = static_scope();
+    let r = match (alltoall, in_place, req) {
+        (false, false, _) => c.iallgather(s, sb, rb)?,
+        (false, true, _) => c.iallgather_in_place(s, rb)?,
+        (true, false, _) => c.ialltoall(s, sb, rb)?,
+        (true, true, _) => c.ialltoall_in_place(s, rb)?,
     };
     store(req.unwrap_or(std::ptr::null_mut()), r, comm, Vec::new())
 }
@@ -1158,11 +1179,10 @@ unsafe fn allgatherv(
         // SAFETY: MPI's contract; a nonblocking call's buffers stay valid
         // until it completes.
         let rb = unsafe { bytes_mut(rbuf, total) };
-        let s = static_scope();
         if in_place {
             let r = match req {
                 None => return Ok(c.allgatherv_in_place(rb, k, d)?),
-                Some(_) => c.iallgatherv_in_place(s, rb, k, d)?,
+                Some(_) => c.iallgatherv_in_place(static_scope(), rb, k, d)?,
             };
             return store(req.unwrap_or(std::ptr::null_mut()), r, comm, Vec::new());
         }
@@ -1172,7 +1192,7 @@ unsafe fn allgatherv(
         let sb = unsafe { bytes(sbuf, sn) };
         let r = match req {
             None => return Ok(c.allgatherv(sb, rb, k, d)?),
-            Some(_) => c.iallgatherv(s, sb, rb, k, d)?,
+            Some(_) => c.iallgatherv(static_scope(), sb, rb, k, d)?,
         };
         store(req.unwrap_or(std::ptr::null_mut()), r, comm, Vec::new())
     })

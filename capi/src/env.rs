@@ -88,9 +88,11 @@ pub unsafe extern "C" fn MPI_Finalize() -> c_int {
         let mut st = state::with(|_| Ok(()))
             .ok()
             .and_then(|_| state::take())
-            .ok_or_else(|| crate::error::MpiErr {
-                class: MPI_ERR_OTHER,
-                msg: "MPI_Finalize from a thread other than the one that called MPI_Init".into(),
+            .ok_or_else(|| {
+                crate::error::MpiErr::new(
+                    MPI_ERR_OTHER,
+                    "MPI_Finalize from a thread other than the one that called MPI_Init",
+                )
             })?;
         // Every rank is past its last call before any leaves: a rank's
         // exit must not look like a lost peer to one still receiving.

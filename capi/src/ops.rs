@@ -33,8 +33,14 @@ pub fn kernel(op: MPI_Op, dt: MPI_Datatype, t: &Ty) -> R<(ByteReduce, usize, usi
         return err(MPI_ERR_OP, format!("invalid operation handle {op:#x}"));
     }
     let slot = ((op & 0xf) as usize) * 32 + kind.id() as usize;
-    if let Some(k) = BUILTIN.with(|b| b.borrow().get(slot).cloned().flatten()) {
-        return Ok((k, esize, per));
+    let Some(g) = state::G.get() else {
+        return err(
+            MPI_ERR_OTHER,
+            "called from a thread other than MPI_Init's, or before it",
+        );
+    };
+    if let Some(Some(k)) = g.builtin.borrow().get(slot) {
+        return Ok((k.clone(), esize, per));
     }
     let Some(k) = builtin(op, kind) else {
         return err(
@@ -45,22 +51,14 @@ pub fn kernel(op: MPI_Op, dt: MPI_Datatype, t: &Ty) -> R<(ByteReduce, usize, usi
             ),
         );
     };
-    BUILTIN.with(|b| {
-        let mut b = b.borrow_mut();
+    {
+        let mut b = g.builtin.borrow_mut();
         if b.len() <= slot {
             b.resize(16 * 32, None);
         }
         b[slot] = Some(k.clone());
-    });
+    }
     Ok((k, esize, per))
-}
-
-thread_local! {
-    /// Kernels of the predefined operations by (operation, kind): apart
-    /// from the state, so that a lookup never conflicts with a call that
-    /// holds the state (they call no user code).
-    static BUILTIN: std::cell::RefCell<Vec<Option<ByteReduce>>> =
-        const { std::cell::RefCell::new(Vec::new()) };
 }
 
 pub fn op_name(op: MPI_Op) -> &'static str {

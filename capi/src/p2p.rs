@@ -515,10 +515,10 @@ pub unsafe extern "C" fn MPI_Sendrecv_replace(
         };
         let _ = tmp;
         if rc != MPI_SUCCESS {
-            return Err(MpiErr {
-                class: rc & 0x7f,
-                msg: crate::error::message(rc).unwrap_or_default(),
-            });
+            return Err(MpiErr::new(
+                rc & 0x7f,
+                crate::error::message(rc).unwrap_or_default(),
+            ));
         }
         Ok(())
     })

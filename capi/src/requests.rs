@@ -332,10 +332,7 @@ pub unsafe extern "C" fn MPI_Test(
         return fail(
             "MPI_Test",
             MPI_COMM_WORLD,
-            MpiErr {
-                class: MPI_ERR_ARG,
-                msg: "flag is a null pointer".into(),
-            },
+            MpiErr::new(MPI_ERR_ARG, "flag is a null pointer"),
         );
     }
     let (i, mut e) = match take(*r) {
@@ -447,10 +444,7 @@ pub unsafe extern "C" fn MPI_Testall(
         return fail(
             "MPI_Testall",
             MPI_COMM_WORLD,
-            MpiErr {
-                class: MPI_ERR_ARG,
-                msg: "flag is a null pointer".into(),
-            },
+            MpiErr::new(MPI_ERR_ARG, "flag is a null pointer"),
         );
     }
     // SAFETY: the statuses array is as long as the requests (MPI's contract).
@@ -530,10 +524,7 @@ unsafe fn any(
                 }
                 put_status(status, s);
                 return match x {
-                    Some(x) => Err(MpiErr {
-                        class: x.class,
-                        msg: format!("{} (comm {comm:#x})", x.msg),
-                    }),
+                    Some(x) => Err(MpiErr::new(x.class, format!("{} (comm {comm:#x})", x.msg))),
                     None => Ok(Some(comm)),
                 };
             }
@@ -583,10 +574,7 @@ pub unsafe extern "C" fn MPI_Testany(
         return fail(
             "MPI_Testany",
             MPI_COMM_WORLD,
-            MpiErr {
-                class: MPI_ERR_ARG,
-                msg: "flag is a null pointer".into(),
-            },
+            MpiErr::new(MPI_ERR_ARG, "flag is a null pointer"),
         );
     }
     // SAFETY: MPI's contract, passed on.
