@@ -10,10 +10,12 @@ use std::rc::Rc;
 use ibcoll::{static_scope, CollRequest, Comm};
 
 use crate::abi::*;
-use crate::buffers::{bytes, bytes_mut, forever, forever_mut, is_in_place, put, wire_len};
-use crate::datatype::{carray, ty, Ty};
+use crate::buffers::{
+    basic_len, bytes, bytes_mut, forever, forever_mut, is_in_place, put, wire_len,
+};
+use crate::datatype::{basic, carray, ty, Ty};
 use crate::error::{call, err, R};
-use crate::ops::kernel;
+use crate::ops::{kernel, predefined};
 use crate::requests::{self, Pending, ReqEntry};
 use crate::state::{self, index};
 
@@ -162,6 +164,15 @@ unsafe fn bcast(
     req: Req,
 ) -> R<()> {
     check_req(req)?;
+    if let (None, Some((_, ext, _))) = (req, basic(dt)) {
+        // The common case in straight-line code.
+        let n = basic_len(buf, count, ext)?;
+        let c = state::comm_ref(comm)?;
+        let root = check_root(&c, root)?;
+        // SAFETY: `buf` holds `count` elements of `ext` bytes (MPI's
+        // contract).
+        return Ok(c.bcast(unsafe { bytes_mut(buf, n) }, root)?);
+    }
     let t = contiguous(dt)?;
     if req.is_none() {
         // SAFETY: MPI's contract, passed on.
@@ -244,6 +255,25 @@ unsafe fn reduction(
     req: Req,
 ) -> R<()> {
     check_req(req)?;
+    if let (None, Red::Allreduce, Some((_, ext, k))) = (req, kind, basic(dt)) {
+        if index(op, OP_DYN).is_none() {
+            // The common case in straight-line code: a predefined
+            // operation on a predefined type.
+            let kern = predefined(op, k, dt)?;
+            let in_place = is_in_place(sbuf);
+            let n = basic_len(rbuf, count, ext)?;
+            if !in_place {
+                basic_len(sbuf, count, ext)?;
+            }
+            let c = state::comm_ref(comm)?;
+            // SAFETY: both buffers hold `count` elements of `ext` bytes
+            // (MPI's contract).
+            let send = (!in_place).then(|| unsafe { bytes(sbuf, n) });
+            // SAFETY: as above.
+            let recv = unsafe { bytes_mut(rbuf, n) };
+            return Ok(c.allreduce_raw(send, recv, ext, &kern)?);
+        }
+    }
     let t = ty(dt)?;
     if req.is_none() && index(op, OP_DYN).is_none() {
         // A predefined operation runs no user code: the communicator is
@@ -988,6 +1018,24 @@ unsafe fn all_to(
 ) -> R<()> {
     check_req(req)?;
     let in_place = is_in_place(sbuf);
+    if let (None, false, Some((_, sx, _)), Some((_, rx, _))) =
+        (req, in_place, basic(stype), basic(rtype))
+    {
+        // The common case in straight-line code.
+        let block = basic_len(rbuf, rcount, rx)?;
+        let send = basic_len(sbuf, scount, sx)?;
+        same(if alltoall { "alltoall" } else { "allgather" }, send, block)?;
+        let c = state::comm_ref(comm)?;
+        let n = c.size();
+        let sn = if alltoall { n * send } else { send };
+        // SAFETY: MPI's contract for both buffers.
+        let (sb, rb) = unsafe { (bytes(sbuf, sn), bytes_mut(rbuf, n * block)) };
+        return Ok(if alltoall {
+            c.alltoall(sb, rb)?
+        } else {
+            c.allgather(sb, rb)?
+        });
+    }
     let rt = contiguous(rtype)?;
     let st = if in_place {
         None

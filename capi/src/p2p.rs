@@ -7,7 +7,7 @@ use ibcoll::{static_scope, Comm, ANY_TAG};
 
 use crate::abi::*;
 use crate::buffers::{self, put, put_status, In, Out};
-use crate::datatype::ty;
+use crate::datatype::{basic, ty};
 use crate::error::{call, err, MpiErr, R};
 use crate::requests::{
     self, failed_status, failed_status_in, proc_null_status, status_of, Pending, ReqEntry,
@@ -78,8 +78,35 @@ unsafe fn send(
     tag: c_int,
     comm: MPI_Comm,
 ) -> R<()> {
-    let t = ty(dt)?;
     let tag = send_tag(tag)?;
+    // The common case in straight-line code: a predefined type is its
+    // bytes in place.
+    if let Some((_, ext, _)) = basic(dt) {
+        let n = buffers::basic_len(buf, count, ext)?;
+        let c = state::comm_ref(comm)?;
+        let Some(d) = dest(&c, to)? else {
+            return Ok(());
+        };
+        // SAFETY: `buf` holds `count` elements of `ext` bytes (MPI's
+        // contract).
+        c.send(unsafe { buffers::bytes(buf, n) }, d, tag)?;
+        return Ok(());
+    }
+    // SAFETY: MPI's contract, passed on.
+    unsafe { send_typed(buf, count, dt, to, tag, comm) }
+}
+
+/// [`send`] of a derived type (packed unless contiguous).
+#[inline(never)]
+unsafe fn send_typed(
+    buf: *const c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    to: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+) -> R<()> {
+    let t = ty(dt)?;
     state::with_comm(comm, |c| {
         let Some(d) = dest(c, to)? else {
             return Ok(());
@@ -175,8 +202,47 @@ unsafe fn recv(
     comm: MPI_Comm,
     status: *mut MPI_Status,
 ) -> R<()> {
-    let t = ty(dt)?;
     let tag = recv_tag(tag)?;
+    if let Some((_, ext, _)) = basic(dt) {
+        let n = buffers::basic_len(buf, count, ext)?;
+        let c = state::comm_ref(comm)?;
+        let Some(s) = source(&c, from)? else {
+            put_status(status, proc_null_status());
+            return Ok(());
+        };
+        // SAFETY: `buf` holds `count` writable elements of `ext` bytes
+        // (MPI's contract).
+        let into = unsafe { buffers::bytes_mut(buf, n) };
+        return match c.recv(into, s, tag) {
+            Ok(st) => {
+                put_status(status, status_of(&st));
+                Ok(())
+            }
+            Err(e) => recv_failed(&c, e, status),
+        };
+    }
+    // SAFETY: MPI's contract, passed on.
+    unsafe { recv_typed(buf, count, dt, from, tag, comm, status) }
+}
+
+#[cold]
+fn recv_failed(c: &Comm, e: ibcoll::Error, status: *mut MPI_Status) -> R<()> {
+    put_status(status, failed_status_in(c, &e));
+    Err(MpiErr::from(e))
+}
+
+/// [`recv`] of a derived type (unpacked unless contiguous).
+#[inline(never)]
+unsafe fn recv_typed(
+    buf: *mut c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    from: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
+) -> R<()> {
+    let t = ty(dt)?;
     state::with_comm(comm, |c| {
         let Some(s) = source(c, from)? else {
             put_status(status, proc_null_status());

@@ -10,7 +10,7 @@
 //! entries are `Rc`s cloned out, or requests taken out of their slot while
 //! they are waited for, so that a user reduction may call back in.
 
-use std::cell::RefCell;
+use std::cell::{Ref, RefCell};
 use std::os::raw::c_int;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
@@ -270,18 +270,32 @@ impl State {
 /// the reference count of [`comm`].
 #[inline(always)]
 pub fn with_comm<T>(h: MPI_Comm, f: impl FnOnce(&Comm) -> R<T>) -> R<T> {
+    let c = comm_ref(h)?;
+    f(&c)
+}
+
+/// The communicator behind `h`, borrowed from the state (shared) for as
+/// long as the guard lives: the blocking calls' way (see [`with_comm`]),
+/// straight-line code with no closure.
+#[inline(always)]
+pub fn comm_ref(h: MPI_Comm) -> R<Ref<'static, Comm>> {
     let Some(g) = G.get() else {
         return not_running();
     };
-    match g.state.try_borrow() {
-        Ok(s) => match s.as_ref() {
-            Some(st) => match st.comm_slot(h) {
-                Some(e) => f(&e.comm),
-                None => bad_comm(h),
-            },
-            None => not_running(),
-        },
-        Err(_) => reentered(),
+    let Ok(s) = g.state.try_borrow() else {
+        return reentered();
+    };
+    match Ref::filter_map(s, |s| s.as_ref()?.comm_slot(h).map(|e| &*e.comm)) {
+        Ok(c) => Ok(c),
+        Err(s) => {
+            let running = s.is_some();
+            drop(s);
+            if running {
+                bad_comm(h)
+            } else {
+                not_running()
+            }
+        }
     }
 }
 
