@@ -40,6 +40,8 @@ pub struct ReqEntry {
 #[derive(Clone, Copy)]
 pub struct Persist {
     pub send: bool,
+    /// MPI_Ssend_init: each start is a synchronous send.
+    pub sync: bool,
     pub buf: *mut libc::c_void,
     pub count: c_int,
     pub dt: MPI_Datatype,
@@ -771,7 +773,7 @@ fn start(h: MPI_Request) -> R<()> {
     // while the request exists (MPI's contract).
     let posted = unsafe {
         if p.send {
-            crate::p2p::post_send(p.buf, p.count, p.dt, p.peer, p.tag, e.comm)
+            crate::p2p::post_send(p.buf, p.count, p.dt, p.peer, p.tag, e.comm, p.sync)
         } else {
             crate::p2p::post_recv(p.buf, p.count, p.dt, p.peer, p.tag, e.comm)
         }

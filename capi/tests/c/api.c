@@ -122,6 +122,61 @@ int main(int argc, char **argv) {
         CHECK(x[0] == left && x[1] == left && x[2] == left, "waitsome payload");
     }
 
+    /* Synchronous sends complete only once their receive is matched: rank
+       0's MPI_Issend (and a started MPI_Ssend_init) stays incomplete through
+       many MPI_Test calls because rank 1 posts the receive only after rank
+       0's go message, sent after the tests; no timing is involved. Empty,
+       small and rendezvous-sized messages. */
+    if (size > 1) {
+        int counts[3] = {2, 0, 40000};
+        for (int k = 0; k < 3; k++) {
+            int n = counts[k], go = 1;
+            int *sb = malloc((n + 1) * sizeof(int));
+            for (int i = 0; i < n; i++) sb[i] = i * 7 + k;
+            for (int persistent = 0; persistent < 2; persistent++) {
+                int tag = 30 + 10 * persistent + k;
+                if (rank == 0) {
+                    MPI_Request r;
+                    if (persistent) { MPI_Ssend_init(sb, n, MPI_INT, 1, tag, MPI_COMM_WORLD, &r); MPI_Start(&r); }
+                    else MPI_Issend(sb, n, MPI_INT, 1, tag, MPI_COMM_WORLD, &r);
+                    int early = 0;
+                    for (int i = 0; i < 1000 && !early; i++) { MPI_Test(&r, &early, MPI_STATUS_IGNORE); }
+                    CHECK(!early, "%s of %d ints completed before its receive was posted",
+                          persistent ? "Ssend_init" : "Issend", n);
+                    MPI_Send(&go, 1, MPI_INT, 1, tag + 100, MPI_COMM_WORLD);
+                    MPI_Wait(&r, MPI_STATUS_IGNORE);
+                    if (persistent) MPI_Request_free(&r);
+                } else if (rank == 1) {
+                    int *rb = malloc((n + 1) * sizeof(int)), c;
+                    MPI_Recv(&go, 1, MPI_INT, 0, tag + 100, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                    MPI_Recv(rb, n, MPI_INT, 0, tag, MPI_COMM_WORLD, &st);
+                    MPI_Get_count(&st, MPI_INT, &c);
+                    CHECK(c == n && memcmp(rb, sb, n * sizeof(int)) == 0, "ssend payload of %d ints (got %d)", n, c);
+                    free(rb);
+                }
+            }
+            /* Blocking: rank 1 sends a note just before posting its receive;
+               the note travels ahead of rank 1's answer to the synchronous
+               send, so it is there when MPI_Ssend returns. */
+            if (rank == 0) {
+                MPI_Send(&go, 1, MPI_INT, 1, 70, MPI_COMM_WORLD);
+                MPI_Ssend(sb, n, MPI_INT, 1, 71, MPI_COMM_WORLD);
+                int there = 0;
+                MPI_Iprobe(1, 72, MPI_COMM_WORLD, &there, MPI_STATUS_IGNORE);
+                CHECK(there, "MPI_Ssend of %d ints returned before the receive was posted", n);
+                MPI_Recv(&go, 1, MPI_INT, 1, 72, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            } else if (rank == 1) {
+                int *rb = malloc((n + 1) * sizeof(int));
+                MPI_Recv(&go, 1, MPI_INT, 0, 70, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                MPI_Send(&go, 1, MPI_INT, 0, 72, MPI_COMM_WORLD);
+                MPI_Recv(rb, n, MPI_INT, 0, 71, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                CHECK(memcmp(rb, sb, n * sizeof(int)) == 0, "blocking ssend payload");
+                free(rb);
+            }
+            free(sb);
+        }
+    }
+
     /* Cancel a receive nobody sends to. */
     {
         int z; MPI_Request r;
