@@ -1,8 +1,9 @@
 //! Collectives, blocking and nonblocking, on ibcoll's collectives: data
 //! moves as bytes (counts times the type's size); reductions go through
 //! ibcoll's byte-level forms with the kernel of (operation, type).
-//! Collectives take contiguous datatypes (every predefined one, and
-//! contiguous derived ones).
+//! Blocking collectives on non-contiguous derived types pack and unpack
+//! around the contiguous ones (`packed.rs`); the nonblocking ones take
+//! contiguous types (every predefined one, and contiguous derived ones).
 
 use std::os::raw::{c_int, c_void};
 use std::rc::Rc;
@@ -16,6 +17,7 @@ use crate::buffers::{
 use crate::datatype::{basic, carray, ty, Ty};
 use crate::error::{call, err, R};
 use crate::ops::{kernel, predefined};
+use crate::packed;
 use crate::requests::{self, Pending, ReqEntry};
 use crate::state::{self, index};
 
@@ -173,6 +175,15 @@ unsafe fn bcast(
         // contract).
         return Ok(c.bcast(unsafe { bytes_mut(buf, n) }, root)?);
     }
+    if req.is_none() {
+        let t = ty(dt)?;
+        if !t.is_contiguous() {
+            let c = state::comm(comm)?;
+            let root = check_root(&c, root)?;
+            // SAFETY: MPI's contract, passed on.
+            return unsafe { packed::bcast(&c, &t, buf, count, root) };
+        }
+    }
     let t = contiguous(dt)?;
     if req.is_none() {
         // SAFETY: MPI's contract, passed on.
@@ -275,6 +286,17 @@ unsafe fn reduction(
         }
     }
     let t = ty(dt)?;
+    if req.is_none() && !t.is_contiguous() {
+        let c = state::comm(comm)?;
+        let k = match kind {
+            Red::Reduce(r) => packed::Red::Reduce(check_root(&c, r)?),
+            Red::Allreduce => packed::Red::Allreduce,
+            Red::Scan => packed::Red::Scan,
+            Red::Exscan => packed::Red::Exscan,
+        };
+        // SAFETY: MPI's contract, passed on.
+        return unsafe { packed::reduction(&c, &t, sbuf, rbuf, count, dt, op, k) };
+    }
     if req.is_none() && index(op, OP_DYN).is_none() {
         // A predefined operation runs no user code: the communicator is
         // used in place (see `state::with_comm`).
@@ -680,6 +702,26 @@ unsafe fn gather_scatter(
         (sbuf, scount, stype, rbuf, rcount, rtype)
     };
     let in_place = is_root && is_in_place(own_buf);
+    if req.is_none() {
+        let own_t = if in_place { None } else { Some(ty(own_type)?) };
+        let all_t = if is_root { Some(ty(all_type)?) } else { None };
+        if packed::needed(&[own_t.as_ref(), all_t.as_ref()]) {
+            // SAFETY: MPI's contract, passed on.
+            return unsafe {
+                packed::gather_scatter(
+                    &c,
+                    scatter,
+                    own_buf as *mut c_void,
+                    own_count,
+                    own_t.as_ref(),
+                    all_buf,
+                    all_count,
+                    all_t.as_ref(),
+                    root,
+                )
+            };
+        }
+    }
     let own = if in_place {
         0
     } else {
@@ -1035,6 +1077,17 @@ unsafe fn all_to(
         } else {
             c.allgather(sb, rb)?
         });
+    }
+    if req.is_none() {
+        let rt = ty(rtype)?;
+        let st = if in_place { None } else { Some(ty(stype)?) };
+        if packed::needed(&[Some(&rt), st.as_ref()]) {
+            let c = state::comm(comm)?;
+            // SAFETY: MPI's contract, passed on.
+            return unsafe {
+                packed::all_to(&c, alltoall, sbuf, scount, st.as_ref(), rbuf, rcount, &rt)
+            };
+        }
     }
     let rt = contiguous(rtype)?;
     let st = if in_place {

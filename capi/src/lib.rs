@@ -34,6 +34,7 @@ mod env;
 mod error;
 mod ops;
 mod p2p;
+mod packed;
 mod requests;
 mod state;
 mod unsupported;
