@@ -1072,11 +1072,12 @@ unsafe fn all_to(
         let sn = if alltoall { n * send } else { send };
         // SAFETY: MPI's contract for both buffers.
         let (sb, rb) = unsafe { (bytes(sbuf, sn), bytes_mut(rbuf, n * block)) };
-        return Ok(if alltoall {
-            c.alltoall(sb, rb)?
+        if alltoall {
+            c.alltoall(sb, rb)?;
         } else {
-            c.allgather(sb, rb)?
-        });
+            c.allgather(sb, rb)?;
+        }
+        return Ok(());
     }
     if req.is_none() {
         let rt = ty(rtype)?;
