@@ -11,6 +11,7 @@ use crate::requests;
 use crate::state::{self, FINALIZED, PHASE, RUNNING};
 
 fn init() -> R<()> {
+    state::claim()?;
     if PHASE.load(Ordering::SeqCst) != 0 {
         return err(
             MPI_ERR_OTHER,

@@ -72,9 +72,10 @@ pub struct Global {
 // SAFETY: the `RefCell`s (and the `Rc`s inside, which are not `Send`)
 // are only reached through `Global::get`, which hands them out only to
 // the thread whose thread pointer is `owner`: the one that called
-// `MPI_Init` (MPI_THREAD_FUNNELED: the program promises that only it
-// calls MPI). Any other thread gets `None` and an MPI error, never a
-// reference. A thread pointer is unique among live threads; should the
+// `MPI_Init` and won [`claim`]'s compare-exchange (one thread ever does;
+// `owner` never changes after). MPI_THREAD_FUNNELED: the program promises
+// that only it calls MPI; any other thread gets `None` and an MPI error,
+// never a reference. A thread pointer is unique among live threads; should the
 // owner exit and a new thread get its address, the two never run at the
 // same time, so every access is still from one thread at a time, in
 // order (thread exit and creation synchronize through the kernel).
@@ -91,10 +92,9 @@ impl Global {
     #[inline(always)]
     pub fn get(&self) -> Option<&Self> {
         let me = thread_id();
-        // Relaxed: `owner` is written once, by this same thread when it
-        // is the owner (a thread sees its own writes); another thread
-        // reading a stale 0 or the right value compares unequal to its
-        // own id either way.
+        // Relaxed: `owner` is written once, by the owner itself (a thread
+        // sees its own writes); another thread reading a stale 0 or the
+        // right value compares unequal to its own id either way.
         (self.owner.load(Ordering::Relaxed) == me).then_some(self)
     }
 }
@@ -185,6 +185,28 @@ fn not_running<T>() -> R<T> {
     }
 }
 
+/// Makes the calling thread the owner of the state (at `MPI_Init`, before
+/// anything else): exactly one thread ever succeeds, so no two threads
+/// can both pass [`Global::get`].
+pub fn claim() -> R<()> {
+    let me = thread_id();
+    match G
+        .owner
+        .compare_exchange(0, me, Ordering::SeqCst, Ordering::SeqCst)
+    {
+        Ok(_) => Ok(()),
+        Err(o) if o == me => err(
+            MPI_ERR_OTHER,
+            "MPI_Init was called twice (or after MPI_Finalize)",
+        ),
+        Err(_) => err(
+            MPI_ERR_OTHER,
+            "MPI_Init was called by a second thread (ibcoll provides MPI_THREAD_FUNNELED)",
+        ),
+    }
+}
+
+/// Fills the state (the caller has [`claim`]ed it).
 pub fn install(world: Comm) {
     let world = Rc::new(world);
     let me = Rc::new(world.self_comm());
@@ -211,10 +233,7 @@ pub fn install(world: Comm) {
         kernels: Default::default(),
         scratch: Default::default(),
     };
-    // MPI_Init checked PHASE: no thread owns the state yet, so this
-    // thread's claim cannot race another's use.
-    G.owner.store(thread_id(), Ordering::SeqCst);
-    let g = G.get().expect("the owner was just set to this thread");
+    let g = G.get().expect("MPI_Init claimed the state for this thread");
     *g.state.borrow_mut() = Some(st);
     PHASE.store(RUNNING, Ordering::SeqCst);
 }
