@@ -234,6 +234,7 @@ pub fn install(world: Comm) {
         scratch: Default::default(),
     };
     let g = G.get().expect("MPI_Init claimed the state for this thread");
+    WORLD_RANK.store(st.world.rank(), Ordering::Relaxed);
     *g.state.borrow_mut() = Some(st);
     PHASE.store(RUNNING, Ordering::SeqCst);
 }
@@ -241,7 +242,11 @@ pub fn install(world: Comm) {
 /// The state, taken out at `MPI_Finalize` (the owner keeps the empty
 /// cells: MPI_Finalized and the error paths still read them).
 pub fn take() -> Option<State> {
-    G.get().and_then(|g| g.state.borrow_mut().take())
+    let st = G.get().and_then(|g| g.state.borrow_mut().take());
+    if st.is_some() {
+        WORLD_RANK.store(usize::MAX, Ordering::Relaxed);
+    }
+    st
 }
 
 /// Table index of handle `h` of kind `kind`.
@@ -347,10 +352,17 @@ pub fn errhandler(h: MPI_Comm) -> MPI_Errhandler {
     })
 }
 
-/// This process's world rank, while the library runs.
+/// This process's world rank, while the library runs (from any thread:
+/// error messages of refused calls name it too).
 pub fn world_rank() -> Option<usize> {
-    with_ref(|st| st.map(|st| st.world.rank()))
+    match WORLD_RANK.load(Ordering::Relaxed) {
+        usize::MAX => None,
+        r => Some(r),
+    }
 }
+
+/// Set at `MPI_Init`; `usize::MAX` before and after the library runs.
+static WORLD_RANK: AtomicUsize = AtomicUsize::new(usize::MAX);
 
 /// Ends the job: through the process manager (ibrun reports the rank),
 /// or by exiting when there is no job.
