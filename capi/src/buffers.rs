@@ -31,6 +31,27 @@ pub fn wire_len(buf: *const c_void, count: c_int, t: &Ty) -> R<usize> {
     Ok(n)
 }
 
+/// [`wire_len`] of a predefined type of `ext` bytes.
+#[inline(always)]
+pub fn basic_len(buf: *const c_void, count: c_int, ext: usize) -> R<usize> {
+    if count < 0 {
+        return bad_count(count);
+    }
+    let n = count as usize * ext;
+    if n > 0 && buf.is_null() {
+        return null_buffer(count);
+    }
+    Ok(n)
+}
+
+#[cold]
+fn null_buffer<T>(count: c_int) -> R<T> {
+    err(
+        MPI_ERR_BUFFER,
+        format!("buffer is a null pointer with count {count}"),
+    )
+}
+
 #[cold]
 fn bad_count<T>(count: c_int) -> R<T> {
     err(MPI_ERR_COUNT, format!("count {count} is negative"))

@@ -1,8 +1,9 @@
 //! Collectives, blocking and nonblocking, on ibcoll's collectives: data
 //! moves as bytes (counts times the type's size); reductions go through
 //! ibcoll's byte-level forms with the kernel of (operation, type).
-//! Collectives take contiguous datatypes (every predefined one, and
-//! contiguous derived ones).
+//! Blocking collectives on non-contiguous derived types pack and unpack
+//! around the contiguous ones (`packed.rs`); the nonblocking ones take
+//! contiguous types (every predefined one, and contiguous derived ones).
 
 use std::os::raw::{c_int, c_void};
 use std::rc::Rc;
@@ -10,39 +11,56 @@ use std::rc::Rc;
 use ibcoll::{static_scope, CollRequest, Comm};
 
 use crate::abi::*;
-use crate::buffers::{bytes, bytes_mut, forever, forever_mut, is_in_place, put, wire_len};
-use crate::datatype::{carray, ty, Ty};
+use crate::buffers::{
+    basic_len, bytes, bytes_mut, forever, forever_mut, is_in_place, put, wire_len,
+};
+use crate::datatype::{basic, carray, ty, Ty};
 use crate::error::{call, err, R};
-use crate::ops::kernel;
+use crate::ops::{kernel, predefined};
+use crate::packed;
 use crate::requests::{self, Pending, ReqEntry};
 use crate::state::{self, index};
 
 /// Where a call's request goes: `None` for a blocking call.
 type Req = Option<*mut MPI_Request>;
 
+#[inline(always)]
 fn check_root(c: &Comm, root: c_int) -> R<usize> {
     if root < 0 || root as usize >= c.size() {
-        return err(
+        return bad_root(c, root);
+    }
+    Ok(root as usize)
+}
+
+#[cold]
+fn bad_root(c: &Comm, root: c_int) -> R<usize> {
+    {
+        err(
             MPI_ERR_ROOT,
             format!(
                 "rank {}: root {root} is not in the communicator of size {}",
                 c.world_rank(c.rank()).unwrap_or(0),
                 c.size()
             ),
-        );
+        )
     }
-    Ok(root as usize)
 }
 
+#[inline(always)]
 fn contiguous(dt: MPI_Datatype) -> R<Ty> {
     let t = ty(dt)?;
     if !t.is_contiguous() {
-        return err(
-            MPI_ERR_TYPE,
-            format!("datatype {dt:#x} is not contiguous: collectives take contiguous types"),
-        );
+        return not_contiguous(dt);
     }
     Ok(t)
+}
+
+#[cold]
+fn not_contiguous<T>(dt: MPI_Datatype) -> R<T> {
+    err(
+        MPI_ERR_TYPE,
+        format!("datatype {dt:#x} is not contiguous: collectives take contiguous types"),
+    )
 }
 
 /// Stores a started nonblocking collective as a request.
@@ -69,12 +87,17 @@ fn check_req(req: Req) -> R<()> {
 /// Send and receive bytes of one block must agree.
 fn same(what: &str, s: usize, r: usize) -> R<()> {
     if s != r {
-        return err(
-            MPI_ERR_TRUNCATE,
-            format!("{what}: the send block has {s} bytes, the receive block {r}"),
-        );
+        return mismatch(what, s, r);
     }
     Ok(())
+}
+
+#[cold]
+fn mismatch(what: &str, s: usize, r: usize) -> R<()> {
+    err(
+        MPI_ERR_TRUNCATE,
+        format!("{what}: the send block has {s} bytes, the receive block {r}"),
+    )
 }
 
 /// A C array of `n` counts or displacements, times `unit`, into `v`.
@@ -143,6 +166,24 @@ unsafe fn bcast(
     req: Req,
 ) -> R<()> {
     check_req(req)?;
+    if let (None, Some((_, ext, _))) = (req, basic(dt)) {
+        // The common case in straight-line code.
+        let n = basic_len(buf, count, ext)?;
+        let c = state::comm_ref(comm)?;
+        let root = check_root(&c, root)?;
+        // SAFETY: `buf` holds `count` elements of `ext` bytes (MPI's
+        // contract).
+        return Ok(c.bcast(unsafe { bytes_mut(buf, n) }, root)?);
+    }
+    if req.is_none() {
+        let t = ty(dt)?;
+        if !t.is_contiguous() {
+            let c = state::comm(comm)?;
+            let root = check_root(&c, root)?;
+            // SAFETY: MPI's contract, passed on.
+            return unsafe { packed::bcast(&c, &t, buf, count, root) };
+        }
+    }
     let t = contiguous(dt)?;
     if req.is_none() {
         // SAFETY: MPI's contract, passed on.
@@ -225,7 +266,37 @@ unsafe fn reduction(
     req: Req,
 ) -> R<()> {
     check_req(req)?;
+    if let (None, Red::Allreduce, Some((_, ext, k))) = (req, kind, basic(dt)) {
+        if index(op, OP_DYN).is_none() {
+            // The common case in straight-line code: a predefined
+            // operation on a predefined type.
+            let kern = predefined(op, k, dt)?;
+            let in_place = is_in_place(sbuf);
+            let n = basic_len(rbuf, count, ext)?;
+            if !in_place {
+                basic_len(sbuf, count, ext)?;
+            }
+            let c = state::comm_ref(comm)?;
+            // SAFETY: both buffers hold `count` elements of `ext` bytes
+            // (MPI's contract).
+            let send = (!in_place).then(|| unsafe { bytes(sbuf, n) });
+            // SAFETY: as above.
+            let recv = unsafe { bytes_mut(rbuf, n) };
+            return Ok(c.allreduce_raw(send, recv, ext, &kern)?);
+        }
+    }
     let t = ty(dt)?;
+    if req.is_none() && !t.is_contiguous() {
+        let c = state::comm(comm)?;
+        let k = match kind {
+            Red::Reduce(r) => packed::Red::Reduce(check_root(&c, r)?),
+            Red::Allreduce => packed::Red::Allreduce,
+            Red::Scan => packed::Red::Scan,
+            Red::Exscan => packed::Red::Exscan,
+        };
+        // SAFETY: MPI's contract, passed on.
+        return unsafe { packed::reduction(&c, &t, sbuf, rbuf, count, dt, op, k) };
+    }
     if req.is_none() && index(op, OP_DYN).is_none() {
         // A predefined operation runs no user code: the communicator is
         // used in place (see `state::with_comm`).
@@ -631,6 +702,26 @@ unsafe fn gather_scatter(
         (sbuf, scount, stype, rbuf, rcount, rtype)
     };
     let in_place = is_root && is_in_place(own_buf);
+    if req.is_none() {
+        let own_t = if in_place { None } else { Some(ty(own_type)?) };
+        let all_t = if is_root { Some(ty(all_type)?) } else { None };
+        if packed::needed(&[own_t.as_ref(), all_t.as_ref()]) {
+            // SAFETY: MPI's contract, passed on.
+            return unsafe {
+                packed::gather_scatter(
+                    &c,
+                    scatter,
+                    own_buf as *mut c_void,
+                    own_count,
+                    own_t.as_ref(),
+                    all_buf,
+                    all_count,
+                    all_t.as_ref(),
+                    root,
+                )
+            };
+        }
+    }
     let own = if in_place {
         0
     } else {
@@ -655,16 +746,15 @@ unsafe fn gather_scatter(
             bytes_mut(all_buf, n * all),
         )
     };
-    let s = static_scope();
     let r = match (scatter, in_place, req) {
         (false, false, None) => return Ok(c.gather(mine, whole, root)?),
         (false, true, None) => return Ok(c.gather_in_place(whole, root)?),
         (true, false, None) => return Ok(c.scatter(whole, mine, root)?),
         (true, true, None) => return Ok(c.scatter_in_place(whole, root)?),
-        (false, false, Some(_)) => c.igather(s, mine, whole, root)?,
-        (false, true, Some(_)) => c.igather_in_place(s, whole, root)?,
-        (true, false, Some(_)) => c.iscatter(s, whole, mine, root)?,
-        (true, true, Some(_)) => c.iscatter_in_place(s, whole, root)?,
+        (false, false, Some(_)) => c.igather(static_scope(), mine, whole, root)?,
+        (false, true, Some(_)) => c.igather_in_place(static_scope(), whole, root)?,
+        (true, false, Some(_)) => c.iscatter(static_scope(), whole, mine, root)?,
+        (true, true, Some(_)) => c.iscatter_in_place(static_scope(), whole, root)?,
     };
     store(req.unwrap_or(std::ptr::null_mut()), r, comm, Vec::new())
 }
@@ -831,14 +921,13 @@ unsafe fn gather_scatter_v(
                 ),
             );
         }
-        let s = static_scope();
         // SAFETY: `whole` is the caller's (kept valid by MPI's contract).
         let whole = unsafe { forever_mut(whole) };
         let r = match (scatter, req) {
             (false, None) => return Ok(c.gatherv(mine, whole, k, d, root)?),
             (true, None) => return Ok(c.scatterv(whole, k, d, mine, root)?),
-            (false, Some(_)) => c.igatherv(s, mine, whole, k, d, root)?,
-            (true, Some(_)) => c.iscatterv(s, whole, k, d, mine, root)?,
+            (false, Some(_)) => c.igatherv(static_scope(), mine, whole, k, d, root)?,
+            (true, Some(_)) => c.iscatterv(static_scope(), whole, k, d, mine, root)?,
         };
         store(req.unwrap_or(std::ptr::null_mut()), r, comm, keep)
     })
@@ -971,6 +1060,36 @@ unsafe fn all_to(
 ) -> R<()> {
     check_req(req)?;
     let in_place = is_in_place(sbuf);
+    if let (None, false, Some((_, sx, _)), Some((_, rx, _))) =
+        (req, in_place, basic(stype), basic(rtype))
+    {
+        // The common case in straight-line code.
+        let block = basic_len(rbuf, rcount, rx)?;
+        let send = basic_len(sbuf, scount, sx)?;
+        same(if alltoall { "alltoall" } else { "allgather" }, send, block)?;
+        let c = state::comm_ref(comm)?;
+        let n = c.size();
+        let sn = if alltoall { n * send } else { send };
+        // SAFETY: MPI's contract for both buffers.
+        let (sb, rb) = unsafe { (bytes(sbuf, sn), bytes_mut(rbuf, n * block)) };
+        if alltoall {
+            c.alltoall(sb, rb)?;
+        } else {
+            c.allgather(sb, rb)?;
+        }
+        return Ok(());
+    }
+    if req.is_none() {
+        let rt = ty(rtype)?;
+        let st = if in_place { None } else { Some(ty(stype)?) };
+        if packed::needed(&[Some(&rt), st.as_ref()]) {
+            let c = state::comm(comm)?;
+            // SAFETY: MPI's contract, passed on.
+            return unsafe {
+                packed::all_to(&c, alltoall, sbuf, scount, st.as_ref(), rbuf, rcount, &rt)
+            };
+        }
+    }
     let rt = contiguous(rtype)?;
     let st = if in_place {
         None
@@ -1028,16 +1147,20 @@ unsafe fn all_to_on(
     // SAFETY: MPI's contract for both buffers; a nonblocking call's stay
     // valid until it completes.
     let (sb, rb) = unsafe { (bytes(sbuf, sn), bytes_mut(rbuf, n * block)) };
-    let s = static_scope();
-    let r = match (alltoall, in_place, req) {
+    match (alltoall, in_place, req) {
         (false, false, None) => return Ok(c.allgather(sb, rb)?),
         (false, true, None) => return Ok(c.allgather_in_place(rb)?),
         (true, false, None) => return Ok(c.alltoall(sb, rb)?),
         (true, true, None) => return Ok(c.alltoall_in_place(rb)?),
-        (false, false, Some(_)) => c.iallgather(s, sb, rb)?,
-        (false, true, Some(_)) => c.iallgather_in_place(s, rb)?,
-        (true, false, Some(_)) => c.ialltoall(s, sb, rb)?,
-        (true, true, Some(_)) => c.ialltoall_in_place(s, rb)?,
+        _ => {}
+    };
+    // A thread-local of ibcoll's: only nonblocking calls read it.
+    let s = static_scope();
+    let r = match (alltoall, in_place, req) {
+        (false, false, _) => c.iallgather(s, sb, rb)?,
+        (false, true, _) => c.iallgather_in_place(s, rb)?,
+        (true, false, _) => c.ialltoall(s, sb, rb)?,
+        (true, true, _) => c.ialltoall_in_place(s, rb)?,
     };
     store(req.unwrap_or(std::ptr::null_mut()), r, comm, Vec::new())
 }
@@ -1158,11 +1281,10 @@ unsafe fn allgatherv(
         // SAFETY: MPI's contract; a nonblocking call's buffers stay valid
         // until it completes.
         let rb = unsafe { bytes_mut(rbuf, total) };
-        let s = static_scope();
         if in_place {
             let r = match req {
                 None => return Ok(c.allgatherv_in_place(rb, k, d)?),
-                Some(_) => c.iallgatherv_in_place(s, rb, k, d)?,
+                Some(_) => c.iallgatherv_in_place(static_scope(), rb, k, d)?,
             };
             return store(req.unwrap_or(std::ptr::null_mut()), r, comm, Vec::new());
         }
@@ -1172,7 +1294,7 @@ unsafe fn allgatherv(
         let sb = unsafe { bytes(sbuf, sn) };
         let r = match req {
             None => return Ok(c.allgatherv(sb, rb, k, d)?),
-            Some(_) => c.iallgatherv(s, sb, rb, k, d)?,
+            Some(_) => c.iallgatherv(static_scope(), sb, rb, k, d)?,
         };
         store(req.unwrap_or(std::ptr::null_mut()), r, comm, Vec::new())
     })

@@ -132,9 +132,82 @@ impl Ty {
     }
 }
 
-/// The predefined datatype `h`: (MPI size, extent, kind).
+/// The predefined datatype `h`: (MPI size, extent, kind). Those of
+/// MPICH's form 0x4c00_SSII (size SS, index II) through a table by
+/// index: one load and compare on every call's datatype argument.
 #[inline(always)]
 pub fn basic(h: MPI_Datatype) -> Option<(usize, usize, Kind)> {
+    if (h as u32) >> 16 == 0x4c00 {
+        let (handle, size, kind) = BASIC[(h & 0xff) as usize];
+        return (handle == h).then_some((size as usize, size as usize, kind));
+    }
+    basic_slow(h)
+}
+
+/// Every predefined handle of the form 0x4c00_SSII.
+const SIMPLE: [MPI_Datatype; 39] = [
+    MPI_CHAR,
+    MPI_SIGNED_CHAR,
+    MPI_UNSIGNED_CHAR,
+    MPI_BYTE,
+    MPI_WCHAR,
+    MPI_SHORT,
+    MPI_UNSIGNED_SHORT,
+    MPI_INT,
+    MPI_UNSIGNED,
+    MPI_LONG,
+    MPI_UNSIGNED_LONG,
+    MPI_FLOAT,
+    MPI_DOUBLE,
+    MPI_LONG_DOUBLE,
+    MPI_LONG_LONG_INT,
+    MPI_UNSIGNED_LONG_LONG,
+    MPI_PACKED,
+    MPI_2INT,
+    MPI_INT8_T,
+    MPI_INT16_T,
+    MPI_INT32_T,
+    MPI_INT64_T,
+    MPI_UINT8_T,
+    MPI_UINT16_T,
+    MPI_UINT32_T,
+    MPI_UINT64_T,
+    MPI_C_BOOL,
+    MPI_C_FLOAT_COMPLEX,
+    MPI_C_DOUBLE_COMPLEX,
+    MPI_C_LONG_DOUBLE_COMPLEX,
+    MPI_AINT,
+    MPI_OFFSET,
+    MPI_COUNT,
+    MPI_CXX_BOOL,
+    MPI_INTEGER,
+    MPI_REAL,
+    MPI_DOUBLE_PRECISION,
+    MPI_LOGICAL,
+    MPI_CHARACTER,
+];
+
+/// (handle, size, kind) by the low byte of a 0x4c00_SSII handle; a
+/// handle that is not there has a different `handle` in its slot (0).
+static BASIC: [(MPI_Datatype, u8, Kind); 256] = {
+    let mut t = [(0, 0u8, Kind::Opaque); 256];
+    let mut i = 0;
+    while i < SIMPLE.len() {
+        let h = SIMPLE[i];
+        let slot = (h & 0xff) as usize;
+        // Two handles on one slot would make one of them unknown.
+        assert!(t[slot].0 == 0 || t[slot].0 == h);
+        if let Some((size, ext, kind)) = basic_slow(h) {
+            assert!(size == ext && size < 256);
+            t[slot] = (h, size as u8, kind);
+        }
+        i += 1;
+    }
+    t
+};
+
+/// [`basic`] by a match over every predefined handle.
+const fn basic_slow(h: MPI_Datatype) -> Option<(usize, usize, Kind)> {
     use Kind::*;
     let k = match h {
         MPI_CHAR | MPI_SIGNED_CHAR | MPI_INT8_T => I8,
@@ -710,6 +783,21 @@ mod tests {
         assert_eq!(basic(MPI_DOUBLE_INT).map(|b| (b.0, b.1)), Some((12, 16)));
         assert_eq!(basic(MPI_2INT).map(|b| (b.0, b.2)), Some((8, Kind::TwoInt)));
         assert!(basic(0x1234).is_none());
+    }
+
+    #[test]
+    fn the_table_agrees_with_the_match() {
+        // Every handle of the table's form, and the pair types beyond it.
+        for h in (0x4c00_0000..=0x4c00_ffff).chain(0x8c00_0000u32 as i32..=0x8c00_00ffu32 as i32) {
+            assert_eq!(basic(h), basic_slow(h), "handle {h:#x}");
+        }
+        // The table holds every predefined handle the match knows.
+        assert_eq!(
+            (0x4c00_0000..=0x4c00_ffff)
+                .filter(|&h| basic(h).is_some())
+                .count(),
+            SIMPLE.len()
+        );
     }
 
     #[test]

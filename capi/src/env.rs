@@ -11,6 +11,7 @@ use crate::requests;
 use crate::state::{self, FINALIZED, PHASE, RUNNING};
 
 fn init() -> R<()> {
+    state::claim()?;
     if PHASE.load(Ordering::SeqCst) != 0 {
         return err(
             MPI_ERR_OTHER,
@@ -88,9 +89,11 @@ pub unsafe extern "C" fn MPI_Finalize() -> c_int {
         let mut st = state::with(|_| Ok(()))
             .ok()
             .and_then(|_| state::take())
-            .ok_or_else(|| crate::error::MpiErr {
-                class: MPI_ERR_OTHER,
-                msg: "MPI_Finalize from a thread other than the one that called MPI_Init".into(),
+            .ok_or_else(|| {
+                crate::error::MpiErr::new(
+                    MPI_ERR_OTHER,
+                    "MPI_Finalize from a thread other than the one that called MPI_Init",
+                )
             })?;
         // Every rank is past its last call before any leaves: a rank's
         // exit must not look like a lost peer to one still receiving.

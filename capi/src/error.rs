@@ -10,20 +10,45 @@ use std::os::raw::c_int;
 use crate::abi::*;
 use crate::state;
 
-/// A failed call: its class and what went wrong.
+/// A failed call: its class and what went wrong. Boxed: every `R<T>` of
+/// the hot paths then stays in registers (one word of error).
 #[derive(Debug)]
-pub struct MpiErr {
+pub struct MpiErr(Box<ErrBody>);
+
+#[derive(Debug)]
+pub struct ErrBody {
     pub class: c_int,
     pub msg: String,
 }
 
+impl MpiErr {
+    #[cold]
+    pub fn new(class: c_int, msg: impl Into<String>) -> MpiErr {
+        MpiErr(Box::new(ErrBody {
+            class,
+            msg: msg.into(),
+        }))
+    }
+}
+
+impl std::ops::Deref for MpiErr {
+    type Target = ErrBody;
+    fn deref(&self) -> &ErrBody {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for MpiErr {
+    fn deref_mut(&mut self) -> &mut ErrBody {
+        &mut self.0
+    }
+}
+
 pub type R<T> = Result<T, MpiErr>;
 
+#[cold]
 pub fn err<T>(class: c_int, msg: impl Into<String>) -> R<T> {
-    Err(MpiErr {
-        class,
-        msg: msg.into(),
-    })
+    Err(MpiErr::new(class, msg))
 }
 
 impl From<ibcoll::Error> for MpiErr {
@@ -36,10 +61,7 @@ impl From<ibcoll::Error> for MpiErr {
             E::Protocol { .. } => MPI_ERR_INTERN,
             _ => MPI_ERR_OTHER,
         };
-        MpiErr {
-            class,
-            msg: e.to_string(),
-        }
+        MpiErr::new(class, e.to_string())
     }
 }
 

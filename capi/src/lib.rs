@@ -3,8 +3,9 @@
 //! against `mpi.h` here, or against Debian's MPICH, run on ibcoll.
 //!
 //! Threading is `MPI_THREAD_FUNNELED`: the thread that called `MPI_Init`
-//! makes every call. The library's state lives in that thread's local
-//! storage; a call from another thread is an `MPI_ERR_OTHER`.
+//! makes every call. The library's state is one static that only that
+//! thread reaches (`state.rs`); a call from another thread is an
+//! `MPI_ERR_OTHER`.
 //!
 //! Soundness: a C caller hands over raw pointers with MPI's contract (a
 //! buffer is valid for `count` elements, and a nonblocking operation's
@@ -34,6 +35,7 @@ mod env;
 mod error;
 mod ops;
 mod p2p;
+mod packed;
 mod requests;
 mod state;
 mod unsupported;

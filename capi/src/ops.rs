@@ -28,14 +28,37 @@ pub fn kernel(op: MPI_Op, dt: MPI_Datatype, t: &Ty) -> R<(ByteReduce, usize, usi
         // A user function sees whole items of the caller's type.
         return Ok((k, t.wire(), 1));
     }
+    Ok((predefined(op, kind, dt)?, esize, per))
+}
+
+/// The kernel of predefined operation `op` on elements of `kind` (of
+/// datatype `dt`, named in errors), made once and kept.
+#[inline(always)]
+pub fn predefined(op: MPI_Op, kind: Kind, dt: MPI_Datatype) -> R<ByteReduce> {
     // Predefined operations are 0x58000001..=0x5800000e: a flat table.
     if !(MPI_MAX..=MPI_NO_OP).contains(&op) {
-        return err(MPI_ERR_OP, format!("invalid operation handle {op:#x}"));
+        return bad_op(op);
     }
     let slot = ((op & 0xf) as usize) * 32 + kind.id() as usize;
-    if let Some(k) = BUILTIN.with(|b| b.borrow().get(slot).cloned().flatten()) {
-        return Ok((k, esize, per));
+    let Some(g) = state::G.get() else {
+        return err(
+            MPI_ERR_OTHER,
+            "called from a thread other than MPI_Init's, or before it",
+        );
+    };
+    if let Some(Some(k)) = g.builtin.borrow().get(slot) {
+        return Ok(k.clone());
     }
+    make_predefined(op, kind, dt, slot)
+}
+
+#[cold]
+fn bad_op<T>(op: MPI_Op) -> R<T> {
+    err(MPI_ERR_OP, format!("invalid operation handle {op:#x}"))
+}
+
+#[inline(never)]
+fn make_predefined(op: MPI_Op, kind: Kind, dt: MPI_Datatype, slot: usize) -> R<ByteReduce> {
     let Some(k) = builtin(op, kind) else {
         return err(
             MPI_ERR_OP,
@@ -45,22 +68,17 @@ pub fn kernel(op: MPI_Op, dt: MPI_Datatype, t: &Ty) -> R<(ByteReduce, usize, usi
             ),
         );
     };
-    BUILTIN.with(|b| {
-        let mut b = b.borrow_mut();
-        if b.len() <= slot {
-            b.resize(16 * 32, None);
+    // A user reduction of a pending request may be running this (and
+    // hold nothing here); should the table be borrowed, skip the cache.
+    if let Some(g) = state::G.get() {
+        if let Ok(mut b) = g.builtin.try_borrow_mut() {
+            if b.len() <= slot {
+                b.resize(16 * 32, None);
+            }
+            b[slot] = Some(k.clone());
         }
-        b[slot] = Some(k.clone());
-    });
-    Ok((k, esize, per))
-}
-
-thread_local! {
-    /// Kernels of the predefined operations by (operation, kind): apart
-    /// from the state, so that a lookup never conflicts with a call that
-    /// holds the state (they call no user code).
-    static BUILTIN: std::cell::RefCell<Vec<Option<ByteReduce>>> =
-        const { std::cell::RefCell::new(Vec::new()) };
+    }
+    Ok(k)
 }
 
 pub fn op_name(op: MPI_Op) -> &'static str {

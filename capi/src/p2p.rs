@@ -7,7 +7,7 @@ use ibcoll::{static_scope, Comm, ANY_TAG};
 
 use crate::abi::*;
 use crate::buffers::{self, put, put_status, In, Out};
-use crate::datatype::ty;
+use crate::datatype::{basic, ty};
 use crate::error::{call, err, MpiErr, R};
 use crate::requests::{
     self, failed_status, failed_status_in, proc_null_status, status_of, Pending, ReqEntry,
@@ -64,11 +64,8 @@ fn recv_tag(t: c_int) -> R<i32> {
     send_tag(t)
 }
 
-/// MPI_Send and its modes.
-///
-/// Synchronous mode (MPI_Ssend) completes like a standard send: ibcoll
-/// has no acknowledgement of a matched receive, so a program that
-/// depends on MPI_Ssend blocking until the receive starts is not served.
+/// MPI_Send and the modes that complete as it does (ready, buffered).
+/// MPI_Ssend is [`ssend`].
 #[inline(always)]
 unsafe fn send(
     buf: *const c_void,
@@ -78,8 +75,58 @@ unsafe fn send(
     tag: c_int,
     comm: MPI_Comm,
 ) -> R<()> {
-    let t = ty(dt)?;
     let tag = send_tag(tag)?;
+    // The common case in straight-line code: a predefined type is its
+    // bytes in place.
+    if let Some((_, ext, _)) = basic(dt) {
+        let n = buffers::basic_len(buf, count, ext)?;
+        let c = state::comm_ref(comm)?;
+        let Some(d) = dest(&c, to)? else {
+            return Ok(());
+        };
+        // SAFETY: `buf` holds `count` elements of `ext` bytes (MPI's
+        // contract).
+        c.send(unsafe { buffers::bytes(buf, n) }, d, tag)?;
+        return Ok(());
+    }
+    // SAFETY: MPI's contract, passed on.
+    unsafe { send_typed(buf, count, dt, to, tag, comm) }
+}
+
+/// MPI_Ssend: returns once the receiver has matched the message (ibcoll's
+/// synchronous send: rendezvous at any size).
+unsafe fn ssend(
+    buf: *const c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    to: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+) -> R<()> {
+    let tag = send_tag(tag)?;
+    let t = ty(dt)?;
+    state::with_comm(comm, |c| {
+        let Some(d) = dest(c, to)? else {
+            return Ok(());
+        };
+        // SAFETY: `buf` holds `count` elements of `dt` (MPI's contract).
+        let data = unsafe { buffers::out(buf, count, &t) }?;
+        c.ssend(data.bytes(), d, tag)?;
+        Ok(())
+    })
+}
+
+/// [`send`] of a derived type (packed unless contiguous).
+#[inline(never)]
+unsafe fn send_typed(
+    buf: *const c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    to: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+) -> R<()> {
+    let t = ty(dt)?;
     state::with_comm(comm, |c| {
         let Some(d) = dest(c, to)? else {
             return Ok(());
@@ -117,7 +164,7 @@ pub unsafe extern "C" fn MPI_Ssend(
 ) -> c_int {
     // SAFETY: MPI's contract, passed on.
     call("MPI_Ssend", comm, || unsafe {
-        send(buf, count, dt, dest, tag, comm)
+        ssend(buf, count, dt, dest, tag, comm)
     })
 }
 
@@ -175,8 +222,47 @@ unsafe fn recv(
     comm: MPI_Comm,
     status: *mut MPI_Status,
 ) -> R<()> {
-    let t = ty(dt)?;
     let tag = recv_tag(tag)?;
+    if let Some((_, ext, _)) = basic(dt) {
+        let n = buffers::basic_len(buf, count, ext)?;
+        let c = state::comm_ref(comm)?;
+        let Some(s) = source(&c, from)? else {
+            put_status(status, proc_null_status());
+            return Ok(());
+        };
+        // SAFETY: `buf` holds `count` writable elements of `ext` bytes
+        // (MPI's contract).
+        let into = unsafe { buffers::bytes_mut(buf, n) };
+        return match c.recv(into, s, tag) {
+            Ok(st) => {
+                put_status(status, status_of(&st));
+                Ok(())
+            }
+            Err(e) => recv_failed(&c, e, status),
+        };
+    }
+    // SAFETY: MPI's contract, passed on.
+    unsafe { recv_typed(buf, count, dt, from, tag, comm, status) }
+}
+
+#[cold]
+fn recv_failed(c: &Comm, e: ibcoll::Error, status: *mut MPI_Status) -> R<()> {
+    put_status(status, failed_status_in(c, &e));
+    Err(MpiErr::from(e))
+}
+
+/// [`recv`] of a derived type (unpacked unless contiguous).
+#[inline(never)]
+unsafe fn recv_typed(
+    buf: *mut c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    from: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
+) -> R<()> {
+    let t = ty(dt)?;
     state::with_comm(comm, |c| {
         let Some(s) = source(c, from)? else {
             put_status(status, proc_null_status());
@@ -229,6 +315,7 @@ pub unsafe fn post_send(
     to: c_int,
     tag: c_int,
     comm: MPI_Comm,
+    sync: bool,
 ) -> R<ReqEntry> {
     let c = state::comm(comm)?;
     let t = ty(dt)?;
@@ -248,7 +335,11 @@ pub unsafe fn post_send(
             (unsafe { buffers::forever(&v) }, Some(v))
         }
     };
-    let r = c.isend(static_scope(), view, d, tag)?;
+    let r = if sync {
+        c.issend(static_scope(), view, d, tag)?
+    } else {
+        c.isend(static_scope(), view, d, tag)?
+    };
     let mut e = ReqEntry::new(Pending::P2p(r), comm);
     e.keep.extend(keep);
     Ok(e)
@@ -262,12 +353,13 @@ unsafe fn isend(
     tag: c_int,
     comm: MPI_Comm,
     req: *mut MPI_Request,
+    sync: bool,
 ) -> R<()> {
     if req.is_null() {
         return err(MPI_ERR_REQUEST, "request pointer is null");
     }
     // SAFETY: MPI's contract, passed on.
-    let e = unsafe { post_send(buf, count, dt, to, tag, comm) }?;
+    let e = unsafe { post_send(buf, count, dt, to, tag, comm, sync) }?;
     put(req, requests::add(e)?, "request")
 }
 
@@ -310,6 +402,7 @@ pub unsafe fn post_recv(
 /// MPI_Send_init / MPI_Recv_init: checks the arguments, keeps them.
 unsafe fn init_persistent(
     send: bool,
+    sync: bool,
     buf: *mut c_void,
     count: c_int,
     dt: MPI_Datatype,
@@ -334,6 +427,7 @@ unsafe fn init_persistent(
     let mut e = ReqEntry::new(Pending::Done, comm);
     e.persist = Some(requests::Persist {
         send,
+        sync,
         buf,
         count,
         dt,
@@ -344,7 +438,7 @@ unsafe fn init_persistent(
 }
 
 macro_rules! init_fn {
-    ($name:ident, $s:literal, $send:expr) => {
+    ($name:ident, $s:literal, $send:expr, $sync:expr) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(
             buf: *const c_void,
@@ -357,20 +451,30 @@ macro_rules! init_fn {
         ) -> c_int {
             // SAFETY: MPI's contract, passed on.
             call($s, comm, || unsafe {
-                init_persistent($send, buf as *mut c_void, count, dt, peer, tag, comm, req)
+                init_persistent(
+                    $send,
+                    $sync,
+                    buf as *mut c_void,
+                    count,
+                    dt,
+                    peer,
+                    tag,
+                    comm,
+                    req,
+                )
             })
         }
     };
 }
 
-init_fn!(MPI_Send_init, "MPI_Send_init", true);
-init_fn!(MPI_Ssend_init, "MPI_Ssend_init", true);
-init_fn!(MPI_Rsend_init, "MPI_Rsend_init", true);
-init_fn!(MPI_Bsend_init, "MPI_Bsend_init", true);
-init_fn!(MPI_Recv_init, "MPI_Recv_init", false);
+init_fn!(MPI_Send_init, "MPI_Send_init", true, false);
+init_fn!(MPI_Ssend_init, "MPI_Ssend_init", true, true);
+init_fn!(MPI_Rsend_init, "MPI_Rsend_init", true, false);
+init_fn!(MPI_Bsend_init, "MPI_Bsend_init", true, false);
+init_fn!(MPI_Recv_init, "MPI_Recv_init", false, false);
 
 macro_rules! isend_fn {
-    ($name:ident, $s:literal) => {
+    ($name:ident, $s:literal, $sync:expr) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(
             buf: *const c_void,
@@ -383,16 +487,16 @@ macro_rules! isend_fn {
         ) -> c_int {
             // SAFETY: MPI's contract, passed on.
             call($s, comm, || unsafe {
-                isend(buf, count, dt, dest, tag, comm, req)
+                isend(buf, count, dt, dest, tag, comm, req, $sync)
             })
         }
     };
 }
 
-isend_fn!(MPI_Isend, "MPI_Isend");
-isend_fn!(MPI_Issend, "MPI_Issend");
-isend_fn!(MPI_Irsend, "MPI_Irsend");
-isend_fn!(MPI_Ibsend, "MPI_Ibsend");
+isend_fn!(MPI_Isend, "MPI_Isend", false);
+isend_fn!(MPI_Issend, "MPI_Issend", true);
+isend_fn!(MPI_Irsend, "MPI_Irsend", false);
+isend_fn!(MPI_Ibsend, "MPI_Ibsend", false);
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Irecv(
@@ -515,10 +619,10 @@ pub unsafe extern "C" fn MPI_Sendrecv_replace(
         };
         let _ = tmp;
         if rc != MPI_SUCCESS {
-            return Err(MpiErr {
-                class: rc & 0x7f,
-                msg: crate::error::message(rc).unwrap_or_default(),
-            });
+            return Err(MpiErr::new(
+                rc & 0x7f,
+                crate::error::message(rc).unwrap_or_default(),
+            ));
         }
         Ok(())
     })

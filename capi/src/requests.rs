@@ -40,6 +40,8 @@ pub struct ReqEntry {
 #[derive(Clone, Copy)]
 pub struct Persist {
     pub send: bool,
+    /// MPI_Ssend_init: each start is a synchronous send.
+    pub sync: bool,
     pub buf: *mut libc::c_void,
     pub count: c_int,
     pub dt: MPI_Datatype,
@@ -332,10 +334,7 @@ pub unsafe extern "C" fn MPI_Test(
         return fail(
             "MPI_Test",
             MPI_COMM_WORLD,
-            MpiErr {
-                class: MPI_ERR_ARG,
-                msg: "flag is a null pointer".into(),
-            },
+            MpiErr::new(MPI_ERR_ARG, "flag is a null pointer"),
         );
     }
     let (i, mut e) = match take(*r) {
@@ -447,10 +446,7 @@ pub unsafe extern "C" fn MPI_Testall(
         return fail(
             "MPI_Testall",
             MPI_COMM_WORLD,
-            MpiErr {
-                class: MPI_ERR_ARG,
-                msg: "flag is a null pointer".into(),
-            },
+            MpiErr::new(MPI_ERR_ARG, "flag is a null pointer"),
         );
     }
     // SAFETY: the statuses array is as long as the requests (MPI's contract).
@@ -530,10 +526,7 @@ unsafe fn any(
                 }
                 put_status(status, s);
                 return match x {
-                    Some(x) => Err(MpiErr {
-                        class: x.class,
-                        msg: format!("{} (comm {comm:#x})", x.msg),
-                    }),
+                    Some(x) => Err(MpiErr::new(x.class, format!("{} (comm {comm:#x})", x.msg))),
                     None => Ok(Some(comm)),
                 };
             }
@@ -583,10 +576,7 @@ pub unsafe extern "C" fn MPI_Testany(
         return fail(
             "MPI_Testany",
             MPI_COMM_WORLD,
-            MpiErr {
-                class: MPI_ERR_ARG,
-                msg: "flag is a null pointer".into(),
-            },
+            MpiErr::new(MPI_ERR_ARG, "flag is a null pointer"),
         );
     }
     // SAFETY: MPI's contract, passed on.
@@ -783,7 +773,7 @@ fn start(h: MPI_Request) -> R<()> {
     // while the request exists (MPI's contract).
     let posted = unsafe {
         if p.send {
-            crate::p2p::post_send(p.buf, p.count, p.dt, p.peer, p.tag, e.comm)
+            crate::p2p::post_send(p.buf, p.count, p.dt, p.peer, p.tag, e.comm, p.sync)
         } else {
             crate::p2p::post_recv(p.buf, p.count, p.dt, p.peer, p.tag, e.comm)
         }

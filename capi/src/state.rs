@@ -1,14 +1,19 @@
-//! The library's state: the tables behind the handles, kept in the local
-//! storage of the thread that called `MPI_Init`.
+//! The library's state: the tables behind the handles, in one static
+//! owned by the thread that called `MPI_Init`.
+//!
+//! Why not a thread-local: in a shared library every thread-local access
+//! is a call to `__tls_get_addr` (with Rust's lazy-init check around it),
+//! paid on every MPI call. The static costs one compare of the caller's
+//! thread pointer (a register read) with the owner's.
 //!
 //! Every access is a short borrow that never spans a call into ibcoll:
 //! entries are `Rc`s cloned out, or requests taken out of their slot while
 //! they are waited for, so that a user reduction may call back in.
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Ref, RefCell};
 use std::os::raw::c_int;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 use ibcoll::ops::ByteReduce;
 use ibcoll::Comm;
@@ -53,25 +58,118 @@ pub struct State {
     pub scratch: [Vec<usize>; 4],
 }
 
-thread_local! {
-    pub static ST: RefCell<Option<State>> = const { RefCell::new(None) };
-    static MAIN: Cell<bool> = const { Cell::new(false) };
+/// The state and the thread allowed to touch it.
+pub struct Global {
+    /// [`thread_id`] of the thread that called `MPI_Init`; 0 before.
+    owner: AtomicUsize,
+    state: RefCell<Option<State>>,
+    /// Kernels of the predefined operations by (operation, kind): apart
+    /// from `state`, so that a lookup never conflicts with a call that
+    /// holds the state (they run no user code).
+    pub builtin: RefCell<Vec<Option<ByteReduce>>>,
+}
+
+// SAFETY: the `RefCell`s (and the `Rc`s inside, which are not `Send`)
+// are only reached through `Global::get`, which hands them out only to
+// the thread whose thread pointer is `owner`: the one that called
+// `MPI_Init` and won [`claim`]'s compare-exchange (one thread ever does;
+// `owner` never changes after). MPI_THREAD_FUNNELED: the program promises
+// that only it calls MPI; any other thread gets `None` and an MPI error,
+// never a reference. A thread pointer is unique among live threads; should the
+// owner exit and a new thread get its address, the two never run at the
+// same time, so every access is still from one thread at a time, in
+// order (thread exit and creation synchronize through the kernel).
+unsafe impl Sync for Global {}
+
+pub static G: Global = Global {
+    owner: AtomicUsize::new(0),
+    state: RefCell::new(None),
+    builtin: RefCell::new(Vec::new()),
+};
+
+impl Global {
+    /// The cells, on the owning thread only.
+    #[inline(always)]
+    pub fn get(&self) -> Option<&Self> {
+        let me = thread_id();
+        // Relaxed: `owner` is written once, by the owner itself (a thread
+        // sees its own writes); another thread reading a stale 0 or the
+        // right value compares unequal to its own id either way.
+        (self.owner.load(Ordering::Relaxed) == me).then_some(self)
+    }
+}
+
+/// The calling thread's thread pointer: unique among live threads, read
+/// from a register (no call, no memory access beyond the TCB's first
+/// word).
+#[inline(always)]
+fn thread_id() -> usize {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        let v: usize;
+        // SAFETY: on x86-64 Linux (glibc and musl) `%fs` is the thread
+        // control block, whose first word points to itself; reading it
+        // has no side effect.
+        unsafe {
+            std::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) v,
+                options(nostack, readonly, preserves_flags, pure));
+        }
+        v
+    }
+    #[cfg(all(target_arch = "aarch64", target_os = "linux"))]
+    {
+        let v: usize;
+        // SAFETY: reading the thread pointer register has no side effect.
+        unsafe {
+            std::arch::asm!("mrs {}, tpidr_el0", out(reg) v,
+                options(nostack, nomem, preserves_flags, pure));
+        }
+        v
+    }
+    #[cfg(not(any(
+        all(target_arch = "x86_64", target_os = "linux"),
+        all(target_arch = "aarch64", target_os = "linux")
+    )))]
+    {
+        thread_local! {
+            static ME: u8 = const { 0 };
+        }
+        ME.with(|m| m as *const u8 as usize)
+    }
 }
 
 pub fn is_main() -> bool {
-    MAIN.with(|m| m.get())
+    G.get().is_some()
 }
 
 /// Runs `f` on the state (a short borrow).
 #[inline(always)]
 pub fn with<T>(f: impl FnOnce(&mut State) -> R<T>) -> R<T> {
-    ST.with(|s| match s.try_borrow_mut() {
-        Ok(mut g) => match g.as_mut() {
+    let Some(g) = G.get() else {
+        return not_running();
+    };
+    match g.state.try_borrow_mut() {
+        Ok(mut s) => match s.as_mut() {
             Some(st) => f(st),
             None => not_running(),
         },
-        Err(_) => err(MPI_ERR_INTERN, "the MPI library was re-entered while busy"),
-    })
+        Err(_) => reentered(),
+    }
+}
+
+#[cold]
+fn reentered<T>() -> R<T> {
+    err(MPI_ERR_INTERN, "the MPI library was re-entered while busy")
+}
+
+/// Runs `f` on the state borrowed shared (for queries while a blocking
+/// call may hold it shared too).
+#[inline(always)]
+fn with_ref<T>(f: impl FnOnce(Option<&State>) -> T) -> T {
+    match G.get().map(|g| g.state.try_borrow()) {
+        Some(Ok(s)) => f(s.as_ref()),
+        _ => f(None),
+    }
 }
 
 #[cold]
@@ -87,6 +185,28 @@ fn not_running<T>() -> R<T> {
     }
 }
 
+/// Makes the calling thread the owner of the state (at `MPI_Init`, before
+/// anything else): exactly one thread ever succeeds, so no two threads
+/// can both pass [`Global::get`].
+pub fn claim() -> R<()> {
+    let me = thread_id();
+    match G
+        .owner
+        .compare_exchange(0, me, Ordering::SeqCst, Ordering::SeqCst)
+    {
+        Ok(_) => Ok(()),
+        Err(o) if o == me => err(
+            MPI_ERR_OTHER,
+            "MPI_Init was called twice (or after MPI_Finalize)",
+        ),
+        Err(_) => err(
+            MPI_ERR_OTHER,
+            "MPI_Init was called by a second thread (ibcoll provides MPI_THREAD_FUNNELED)",
+        ),
+    }
+}
+
+/// Fills the state (the caller has [`claim`]ed it).
 pub fn install(world: Comm) {
     let world = Rc::new(world);
     let me = Rc::new(world.self_comm());
@@ -113,14 +233,20 @@ pub fn install(world: Comm) {
         kernels: Default::default(),
         scratch: Default::default(),
     };
-    ST.with(|s| *s.borrow_mut() = Some(st));
-    MAIN.with(|m| m.set(true));
+    let g = G.get().expect("MPI_Init claimed the state for this thread");
+    WORLD_RANK.store(st.world.rank(), Ordering::Relaxed);
+    *g.state.borrow_mut() = Some(st);
     PHASE.store(RUNNING, Ordering::SeqCst);
 }
 
-/// The state, taken out at `MPI_Finalize`.
+/// The state, taken out at `MPI_Finalize` (the owner keeps the empty
+/// cells: MPI_Finalized and the error paths still read them).
 pub fn take() -> Option<State> {
-    ST.with(|s| s.borrow_mut().take())
+    let st = G.get().and_then(|g| g.state.borrow_mut().take());
+    if st.is_some() {
+        WORLD_RANK.store(usize::MAX, Ordering::Relaxed);
+    }
+    st
 }
 
 /// Table index of handle `h` of kind `kind`.
@@ -168,16 +294,33 @@ impl State {
 /// the reference count of [`comm`].
 #[inline(always)]
 pub fn with_comm<T>(h: MPI_Comm, f: impl FnOnce(&Comm) -> R<T>) -> R<T> {
-    ST.with(|s| match s.try_borrow() {
-        Ok(g) => match g.as_ref() {
-            Some(st) => match st.comm_slot(h) {
-                Some(e) => f(&e.comm),
-                None => bad_comm(h),
-            },
-            None => not_running(),
-        },
-        Err(_) => err(MPI_ERR_INTERN, "the MPI library was re-entered while busy"),
-    })
+    let c = comm_ref(h)?;
+    f(&c)
+}
+
+/// The communicator behind `h`, borrowed from the state (shared) for as
+/// long as the guard lives: the blocking calls' way (see [`with_comm`]),
+/// straight-line code with no closure.
+#[inline(always)]
+pub fn comm_ref(h: MPI_Comm) -> R<Ref<'static, Comm>> {
+    let Some(g) = G.get() else {
+        return not_running();
+    };
+    let Ok(s) = g.state.try_borrow() else {
+        return reentered();
+    };
+    match Ref::filter_map(s, |s| s.as_ref()?.comm_slot(h).map(|e| &*e.comm)) {
+        Ok(c) => Ok(c),
+        Err(s) => {
+            let running = s.is_some();
+            drop(s);
+            if running {
+                bad_comm(h)
+            } else {
+                not_running()
+            }
+        }
+    }
 }
 
 /// The communicator behind handle `h`.
@@ -200,35 +343,31 @@ pub fn bad_comm<T>(h: MPI_Comm) -> R<T> {
 
 /// The error handler of communicator `h` (world's for an invalid one).
 pub fn errhandler(h: MPI_Comm) -> MPI_Errhandler {
-    ST.with(|s| match s.try_borrow() {
-        Ok(g) => match g.as_ref() {
-            Some(st) => st
-                .comm_slot(h)
-                .or_else(|| st.comm_slot(MPI_COMM_WORLD))
-                .map_or(MPI_ERRORS_ARE_FATAL, |e| e.errh),
-            None => MPI_ERRORS_ARE_FATAL,
-        },
-        Err(_) => MPI_ERRORS_ARE_FATAL,
+    with_ref(|st| match st {
+        Some(st) => st
+            .comm_slot(h)
+            .or_else(|| st.comm_slot(MPI_COMM_WORLD))
+            .map_or(MPI_ERRORS_ARE_FATAL, |e| e.errh),
+        None => MPI_ERRORS_ARE_FATAL,
     })
 }
 
-/// This process's world rank, while the library runs.
+/// This process's world rank, while the library runs (from any thread:
+/// error messages of refused calls name it too).
 pub fn world_rank() -> Option<usize> {
-    ST.with(|s| {
-        s.try_borrow()
-            .ok()
-            .and_then(|g| g.as_ref().map(|st| st.world.rank()))
-    })
+    match WORLD_RANK.load(Ordering::Relaxed) {
+        usize::MAX => None,
+        r => Some(r),
+    }
 }
+
+/// Set at `MPI_Init`; `usize::MAX` before and after the library runs.
+static WORLD_RANK: AtomicUsize = AtomicUsize::new(usize::MAX);
 
 /// Ends the job: through the process manager (ibrun reports the rank),
 /// or by exiting when there is no job.
 pub fn abort_job(code: c_int, msg: &str) -> ! {
-    let world = ST.with(|s| {
-        s.try_borrow()
-            .ok()
-            .and_then(|g| g.as_ref().map(|st| st.world.clone()))
-    });
+    let world = with_ref(|st| st.map(|st| st.world.clone()));
     match world {
         Some(w) => w.abort(code, msg),
         None => {

@@ -15,10 +15,10 @@ fn unsupported(name: &str) -> c_int {
     fail(
         name,
         MPI_COMM_WORLD,
-        MpiErr {
-            class: MPI_ERR_UNSUPPORTED_OPERATION,
-            msg: format!("{name} is not implemented by ibcoll's MPI interface"),
-        },
+        MpiErr::new(
+            MPI_ERR_UNSUPPORTED_OPERATION,
+            format!("{name} is not implemented by ibcoll's MPI interface"),
+        ),
     )
 }
 

@@ -1,6 +1,7 @@
 //! Point-to-point semantics checks, run as `p2p_check <check>...` under
 //! ibrun with any number of ranks (checks needing a partner skip when
-//! alone). Checks: anysource order wildcard probe truncate split ring all.
+//! alone). Checks: anysource order wildcard probe truncate ssend split ring
+//! all.
 //! Exits non-zero with a message on the first failure.
 
 use ibcoll::{wait_all, wait_any, Comm, Error, ANY_SOURCE, ANY_TAG, UNDEFINED};
@@ -385,6 +386,66 @@ fn ring(c: &Comm) {
     }
 }
 
+/// A synchronous send completes only once its receive is matched: rank 0's
+/// issend stays incomplete through many tests, because rank 1 posts the
+/// receive only after rank 0 says (in another message) that it has tested
+/// them; no timing is involved. An eager send would complete at once.
+/// Small, empty and rendezvous-sized messages; and to oneself.
+fn ssend(c: &Comm) {
+    let s = ibcoll::static_scope();
+    for len in [8usize, 0, 100_000] {
+        let data: Vec<u8> = (0..len).map(|i| (i % 253) as u8).collect();
+        let data: &'static [u8] = Box::leak(data.into_boxed_slice());
+        // To oneself: pending until this rank's own receive.
+        let mut r = ok!(c, c.issend(s, data, c.rank(), 40));
+        for _ in 0..100 {
+            check!(
+                c,
+                ok!(c, r.test()).is_none(),
+                "issend to self ({len} B) completed unmatched"
+            );
+        }
+        let mut got = vec![0u8; len];
+        ok!(c, c.recv(&mut got, c.rank(), 40));
+        ok!(c, r.wait());
+        check!(c, got == data, "issend to self: wrong data");
+        if c.size() < 2 {
+            continue;
+        }
+        match c.rank() {
+            0 => {
+                let mut r = ok!(c, c.issend(s, data, 1, 41));
+                for _ in 0..1000 {
+                    check!(
+                        c,
+                        ok!(c, r.test()).is_none(),
+                        "issend ({len} B) completed before rank 1 posted its receive"
+                    );
+                }
+                ok!(c, c.send(&[1u8], 1, 42));
+                ok!(c, r.wait());
+                // Blocking: returns once rank 1 has received (and so
+                // checked) the first message.
+                ok!(c, c.ssend(data, 1, 43));
+            }
+            1 => {
+                let mut go = [0u8];
+                ok!(c, c.recv(&mut go, 0, 42));
+                let mut got = vec![0u8; len];
+                let st = ok!(c, c.recv(&mut got, 0, 41));
+                check!(
+                    c,
+                    st.len == len && got == data,
+                    "issend: wrong data ({len} B)"
+                );
+                ok!(c, c.recv(&mut got, 0, 43));
+                check!(c, got == data, "ssend: wrong data ({len} B)");
+            }
+            _ => {}
+        }
+    }
+}
+
 fn main() {
     let c = ibcoll::init().unwrap_or_else(|e| {
         eprintln!("init failed: {e}");
@@ -398,6 +459,7 @@ fn main() {
             "wildcard",
             "probe",
             "truncate",
+            "ssend",
             "split",
             "ring",
         ]
@@ -411,6 +473,7 @@ fn main() {
             "wildcard" => wildcard(&c),
             "probe" => probe(&c),
             "truncate" => truncate(&c),
+            "ssend" => ssend(&c),
             "split" => split(&c),
             "ring" => ring(&c),
             other => fail(&c, format!("unknown check {other}")),

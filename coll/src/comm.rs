@@ -187,15 +187,27 @@ impl Comm {
         dest: usize,
         tag: i32,
     ) -> Result<Request<'a>> {
+        self.isend_mode(ctx, bytes, dest, tag, false)
+    }
+
+    #[inline(always)]
+    fn isend_mode<'a>(
+        &self,
+        ctx: u32,
+        bytes: &'a [u8],
+        dest: usize,
+        tag: i32,
+        sync: bool,
+    ) -> Result<Request<'a>> {
         let peer = self.dest_world(dest, tag, Op::Send)?;
-        let posted = self.eng.borrow_mut().post_send(
-            peer,
-            ctx,
-            self.rank as u32,
-            tag,
-            bytes.as_ptr(),
-            bytes.len(),
-        )?;
+        let mut e = self.eng.borrow_mut();
+        let (r, b) = (self.rank as u32, bytes.as_ptr());
+        let posted = if sync {
+            e.post_ssend(peer, ctx, r, tag, b, bytes.len())?
+        } else {
+            e.post_send(peer, ctx, r, tag, b, bytes.len())?
+        };
+        drop(e);
         Ok(match posted {
             Posted2::Done => Request::finished(&self.eng, Ok(Status::empty())),
             Posted2::Pending(tok) => Request::pending(&self.eng, tok),
@@ -223,16 +235,20 @@ impl Comm {
     }
 
     fn send_on(&self, ctx: u32, bytes: &[u8], dest: usize, tag: i32) -> Result<()> {
+        self.send_mode(ctx, bytes, dest, tag, false)
+    }
+
+    #[inline(always)]
+    fn send_mode(&self, ctx: u32, bytes: &[u8], dest: usize, tag: i32, sync: bool) -> Result<()> {
         let peer = self.dest_world(dest, tag, Op::Send)?;
         let mut e = self.eng.borrow_mut();
-        match e.post_send(
-            peer,
-            ctx,
-            self.rank as u32,
-            tag,
-            bytes.as_ptr(),
-            bytes.len(),
-        )? {
+        let (r, b) = (self.rank as u32, bytes.as_ptr());
+        let posted = if sync {
+            e.post_ssend(peer, ctx, r, tag, b, bytes.len())?
+        } else {
+            e.post_send(peer, ctx, r, tag, b, bytes.len())?
+        };
+        match posted {
             Posted2::Done => Ok(()),
             Posted2::Pending(tok) => {
                 if let Some(x) = e.wait_op_watched(tok, Op::Send) {
@@ -268,6 +284,28 @@ impl Comm {
     /// may be reused.
     pub fn send<T: Datatype>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
         self.send_on(self.ctx, as_bytes(buf), dest, tag)
+    }
+
+    /// Synchronous [`Comm::send`] (MPI_Ssend): returns only once the
+    /// receiver has matched the message with a receive, at any size.
+    pub fn ssend<T: Datatype>(&self, buf: &[T], dest: usize, tag: i32) -> Result<()> {
+        self.send_mode(self.ctx, as_bytes(buf), dest, tag, true)
+    }
+
+    /// Nonblocking [`Comm::ssend`] (MPI_Issend): the request completes only
+    /// once the receiver has matched the message.
+    pub fn issend<'s, T: Datatype>(
+        &self,
+        s: &'s Scope<'s, '_>,
+        buf: &'s [T],
+        dest: usize,
+        tag: i32,
+    ) -> Result<Request<'s>> {
+        let r = self.isend_mode(self.ctx, as_bytes(buf), dest, tag, true)?;
+        if let Some(t) = r.token() {
+            s.track_op(&self.eng, t);
+        }
+        Ok(r)
     }
 
     /// Receives into `buf` from `source` (or [`ANY_SOURCE`]) with `tag` (or

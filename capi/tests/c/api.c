@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stddef.h>
 
 static int rank, size, fails;
 #define CHECK(c, ...) do { if (!(c)) { fails++; fprintf(stderr, "rank %d: %s:%d: check failed: %s: ", rank, __FILE__, __LINE__, #c); fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); } } while (0)
@@ -120,6 +121,123 @@ int main(int argc, char **argv) {
         MPI_Waitany(3, r3, &idx, &st);
         CHECK(idx == MPI_UNDEFINED, "waitany of nothing %d", idx);
         CHECK(x[0] == left && x[1] == left && x[2] == left, "waitsome payload");
+    }
+
+    /* Synchronous sends complete only once their receive is matched: rank
+       0's MPI_Issend (and a started MPI_Ssend_init) stays incomplete through
+       many MPI_Test calls because rank 1 posts the receive only after rank
+       0's go message, sent after the tests; no timing is involved. Empty,
+       small and rendezvous-sized messages. */
+    if (size > 1) {
+        int counts[3] = {2, 0, 40000};
+        for (int k = 0; k < 3; k++) {
+            int n = counts[k], go = 1;
+            int *sb = malloc((n + 1) * sizeof(int));
+            for (int i = 0; i < n; i++) sb[i] = i * 7 + k;
+            for (int persistent = 0; persistent < 2; persistent++) {
+                int tag = 30 + 10 * persistent + k;
+                if (rank == 0) {
+                    MPI_Request r;
+                    if (persistent) { MPI_Ssend_init(sb, n, MPI_INT, 1, tag, MPI_COMM_WORLD, &r); MPI_Start(&r); }
+                    else MPI_Issend(sb, n, MPI_INT, 1, tag, MPI_COMM_WORLD, &r);
+                    int early = 0;
+                    for (int i = 0; i < 1000 && !early; i++) { MPI_Test(&r, &early, MPI_STATUS_IGNORE); }
+                    CHECK(!early, "%s of %d ints completed before its receive was posted",
+                          persistent ? "Ssend_init" : "Issend", n);
+                    MPI_Send(&go, 1, MPI_INT, 1, tag + 100, MPI_COMM_WORLD);
+                    MPI_Wait(&r, MPI_STATUS_IGNORE);
+                    if (persistent) MPI_Request_free(&r);
+                } else if (rank == 1) {
+                    int *rb = malloc((n + 1) * sizeof(int)), c;
+                    MPI_Recv(&go, 1, MPI_INT, 0, tag + 100, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                    MPI_Recv(rb, n, MPI_INT, 0, tag, MPI_COMM_WORLD, &st);
+                    MPI_Get_count(&st, MPI_INT, &c);
+                    CHECK(c == n && memcmp(rb, sb, n * sizeof(int)) == 0, "ssend payload of %d ints (got %d)", n, c);
+                    free(rb);
+                }
+            }
+            /* Blocking: rank 1 sends a note just before posting its receive;
+               the note travels ahead of rank 1's answer to the synchronous
+               send, so it is there when MPI_Ssend returns. */
+            if (rank == 0) {
+                MPI_Send(&go, 1, MPI_INT, 1, 70, MPI_COMM_WORLD);
+                MPI_Ssend(sb, n, MPI_INT, 1, 71, MPI_COMM_WORLD);
+                int there = 0;
+                MPI_Iprobe(1, 72, MPI_COMM_WORLD, &there, MPI_STATUS_IGNORE);
+                CHECK(there, "MPI_Ssend of %d ints returned before the receive was posted", n);
+                MPI_Recv(&go, 1, MPI_INT, 1, 72, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            } else if (rank == 1) {
+                int *rb = malloc((n + 1) * sizeof(int));
+                MPI_Recv(&go, 1, MPI_INT, 0, 70, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                MPI_Send(&go, 1, MPI_INT, 0, 72, MPI_COMM_WORLD);
+                MPI_Recv(rb, n, MPI_INT, 0, 71, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                CHECK(memcmp(rb, sb, n * sizeof(int)) == 0, "blocking ssend payload");
+                free(rb);
+            }
+            free(sb);
+        }
+    }
+
+    /* Collectives on non-contiguous derived types (packed and unpacked
+       around the contiguous collectives): the selected elements arrive, the
+       gaps stay untouched. */
+    {
+        MPI_Datatype col, pair, rec;
+        MPI_Type_vector(3, 1, 4, MPI_DOUBLE, &col);   /* a column of a 3x4 matrix */
+        MPI_Type_commit(&col);
+        MPI_Type_vector(2, 1, 2, MPI_INT, &pair);     /* ints 0 and 2 of 3 */
+        MPI_Type_commit(&pair);
+        struct rec_t { int a; double b; } recs[3];
+        int bl[2] = {1, 1}; MPI_Aint dp[2] = {offsetof(struct rec_t, a), offsetof(struct rec_t, b)};
+        MPI_Datatype tys[2] = {MPI_INT, MPI_DOUBLE}, rec0;
+        MPI_Type_create_struct(2, bl, dp, tys, &rec0);
+        MPI_Type_create_resized(rec0, 0, sizeof(struct rec_t), &rec);
+        MPI_Type_commit(&rec);
+        double m[12], r[12];
+        for (int i = 0; i < 12; i++) m[i] = r[i] = -1;
+        if (rank == 0) for (int i = 0; i < 3; i++) m[i * 4] = 100 + i;
+        MPI_Bcast(m, 1, col, 0, MPI_COMM_WORLD);
+        for (int i = 0; i < 12; i++)
+            CHECK(m[i] == (i % 4 ? -1 : 100 + i / 4), "vector bcast m[%d] = %g", i, m[i]);
+        for (int i = 0; i < 3; i++) m[i * 4] = rank + i;
+        MPI_Allreduce(m, r, 1, col, MPI_SUM, MPI_COMM_WORLD);
+        for (int i = 0; i < 12; i++)
+            CHECK(r[i] == (i % 4 ? -1 : size * (size - 1) / 2 + size * (i / 4)), "vector allreduce r[%d] = %g", i, r[i]);
+        MPI_Allreduce(MPI_IN_PLACE, m, 1, col, MPI_MAX, MPI_COMM_WORLD);
+        CHECK(m[8] == size - 1 + 2 && m[1] == -1, "vector allreduce in place %g", m[8]);
+        for (int i = 0; i < 12; i++) r[i] = -1;
+        for (int i = 0; i < 3; i++) m[i * 4] = rank * 10 + i;
+        MPI_Reduce(m, r, 1, col, MPI_MIN, size - 1, MPI_COMM_WORLD);
+        if (rank == size - 1) CHECK(r[0] == 0 && r[4] == 1 && r[8] == 2 && r[2] == -1, "vector reduce %g %g", r[4], r[2]);
+        /* Alltoall packing the send side, allgather unpacking the receive side. */
+        int *s3 = malloc(3 * size * sizeof(int)), *r2 = malloc(2 * size * sizeof(int));
+        for (int j = 0; j < size; j++) { s3[3 * j] = rank * 100 + j; s3[3 * j + 1] = -1; s3[3 * j + 2] = rank * 100 + j + 50; }
+        MPI_Datatype pair3; MPI_Type_create_resized(pair, 0, 3 * sizeof(int), &pair3); MPI_Type_commit(&pair3);
+        MPI_Alltoall(s3, 1, pair3, r2, 2, MPI_INT, MPI_COMM_WORLD);
+        for (int j = 0; j < size; j++)
+            CHECK(r2[2 * j] == j * 100 + rank && r2[2 * j + 1] == j * 100 + rank + 50, "alltoall from a vector type, block %d", j);
+        int two[2] = {rank, rank + 50};
+        for (int j = 0; j < 3 * size; j++) s3[j] = -1;
+        MPI_Allgather(two, 2, MPI_INT, s3, 1, pair3, MPI_COMM_WORLD);
+        for (int j = 0; j < size; j++)
+            CHECK(s3[3 * j] == j && s3[3 * j + 1] == -1 && s3[3 * j + 2] == j + 50, "allgather into a vector type, block %d", j);
+        /* Gather into and scatter from a vector type at the root. */
+        for (int j = 0; j < 3 * size; j++) s3[j] = -1;
+        MPI_Gather(two, 2, MPI_INT, s3, 1, pair3, 0, MPI_COMM_WORLD);
+        if (rank == 0)
+            for (int j = 0; j < size; j++)
+                CHECK(s3[3 * j] == j && s3[3 * j + 1] == -1 && s3[3 * j + 2] == j + 50, "gather into a vector type, block %d", j);
+        if (rank == 0) for (int j = 0; j < size; j++) { s3[3 * j] = 7 * j; s3[3 * j + 2] = 7 * j + 1; }
+        two[0] = two[1] = -5;
+        MPI_Scatter(s3, 1, pair3, two, 2, MPI_INT, 0, MPI_COMM_WORLD);
+        CHECK(two[0] == 7 * rank && two[1] == 7 * rank + 1, "scatter from a vector type %d %d", two[0], two[1]);
+        /* A struct with padding, broadcast. */
+        memset(recs, 0, sizeof recs);
+        if (rank == 0) for (int i = 0; i < 3; i++) { recs[i].a = i + 1; recs[i].b = 0.5 * i; }
+        MPI_Bcast(recs, 3, rec, 0, MPI_COMM_WORLD);
+        CHECK(recs[2].a == 3 && recs[2].b == 1.0 && recs[1].a == 2, "struct bcast %d %g", recs[2].a, recs[2].b);
+        free(s3); free(r2);
+        MPI_Type_free(&pair3); MPI_Type_free(&rec0); MPI_Type_free(&rec); MPI_Type_free(&pair); MPI_Type_free(&col);
     }
 
     /* Cancel a receive nobody sends to. */

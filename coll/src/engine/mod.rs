@@ -802,6 +802,36 @@ impl Engine {
         buf: *const u8,
         len: usize,
     ) -> Result<Posted2> {
+        self.post_send_mode(peer, ctx, src, tag, buf, len, false)
+    }
+
+    /// A synchronous send (MPI_Ssend): always by rendezvous, at any size,
+    /// so it completes only once the receiver has matched it (its CTS or
+    /// FIN answers the RTS from the matched receive).
+    pub fn post_ssend(
+        &mut self,
+        peer: usize,
+        ctx: u32,
+        src: u32,
+        tag: i32,
+        buf: *const u8,
+        len: usize,
+    ) -> Result<Posted2> {
+        self.post_send_mode(peer, ctx, src, tag, buf, len, true)
+    }
+
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn post_send_mode(
+        &mut self,
+        peer: usize,
+        ctx: u32,
+        src: u32,
+        tag: i32,
+        buf: *const u8,
+        len: usize,
+        sync: bool,
+    ) -> Result<Posted2> {
         let slot = match self.peers.slot(peer) {
             Some(i) => i,
             None => self.open_channel(peer),
@@ -823,7 +853,7 @@ impl Engine {
             seq: 0,
         };
         let idle = p.send_queue.is_empty();
-        if len <= ch.eager_limit() {
+        if !sync && len <= ch.eager_limit() {
             if idle {
                 // SAFETY: the caller guarantees `len` readable bytes at
                 // `buf` for the duration of the call.

@@ -26,8 +26,9 @@
 //! waited for (they end or fail in bounded time), so the user's buffers are
 //! free once the collective returns its error.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::{Buf, Schedule, Slice, Step};
 use crate::engine::ops::{Op as EngOp, OpKind, Token};
@@ -622,7 +623,23 @@ fn pool_give(b: Vec<Line>) {
 
 thread_local! {
     static ACTIVE: RefCell<Vec<Rc<RefCell<Run>>>> = const { RefCell::new(Vec::new()) };
-    static COUNT: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Runs registered on all threads together: a progress pass with none
+/// anywhere skips the thread-local list (in a shared library, such as the
+/// C interface's, every thread-local access is a call to
+/// `__tls_get_addr`). Relaxed is enough: a thread always sees its own
+/// additions, and another thread only ever subtracts what it added, so a
+/// thread with runs of its own never reads 0.
+static ANY_ACTIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets `a`'s length in [`ANY_ACTIVE`], from `before`.
+fn count_change(before: usize, after: usize) {
+    if after > before {
+        ANY_ACTIVE.fetch_add(after - before, Ordering::Relaxed);
+    } else if before > after {
+        ANY_ACTIVE.fetch_sub(before - after, Ordering::Relaxed);
+    }
 }
 
 /// Lets the progress loop advance `run` until it is done.
@@ -630,7 +647,7 @@ pub(crate) fn register(run: Rc<RefCell<Run>>) {
     ACTIVE.with(|a| {
         let mut a = a.borrow_mut();
         a.push(run);
-        COUNT.with(|c| c.set(a.len()));
+        count_change(0, 1);
     });
 }
 
@@ -638,8 +655,9 @@ pub(crate) fn register(run: Rc<RefCell<Run>>) {
 pub(crate) fn unregister(run: &Rc<RefCell<Run>>) {
     ACTIVE.with(|a| {
         if let Ok(mut a) = a.try_borrow_mut() {
+            let before = a.len();
             a.retain(|r| !Rc::ptr_eq(r, run));
-            COUNT.with(|c| c.set(a.len()));
+            count_change(before, a.len());
         }
     });
 }
@@ -648,13 +666,14 @@ pub(crate) fn unregister(run: &Rc<RefCell<Run>>) {
 /// `Engine::progress`); returns how much happened.
 #[inline]
 pub(crate) fn progress_hook(e: &mut Engine) -> usize {
-    if COUNT.with(|c| c.get()) == 0 {
+    if ANY_ACTIVE.load(Ordering::Relaxed) == 0 {
         return 0;
     }
     ACTIVE.with(|a| {
         let Ok(mut a) = a.try_borrow_mut() else {
             return 0;
         };
+        let before = a.len();
         let mut n = 0;
         a.retain(|r| match r.try_borrow_mut() {
             Ok(mut r) => {
@@ -663,7 +682,7 @@ pub(crate) fn progress_hook(e: &mut Engine) -> usize {
             }
             Err(_) => true,
         });
-        COUNT.with(|c| c.set(a.len()));
+        count_change(before, a.len());
         n
     })
 }
@@ -674,7 +693,7 @@ pub(crate) fn progress_hook(e: &mut Engine) -> usize {
 /// buffers.
 pub(crate) fn settle_all(e: &mut Engine) {
     let runs: Vec<Rc<RefCell<Run>>> = ACTIVE.with(|a| std::mem::take(&mut *a.borrow_mut()));
-    COUNT.with(|c| c.set(0));
+    count_change(runs.len(), 0);
     for r in runs {
         r.borrow_mut().cancel(e);
         drive(e, &r);

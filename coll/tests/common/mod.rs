@@ -213,6 +213,7 @@ pub fn assert_p2p_checks_ok(out: &str) {
         "wildcard",
         "probe",
         "truncate",
+        "ssend",
         "split",
         "ring",
     ] {
