@@ -558,15 +558,21 @@ impl UdEndpoint {
     }
 
     /// Poll the endpoint's CQ (one it does not share) and handle up to 32
-    /// completions; returns how many. A completion of another QP is an error:
+    /// completions; returns how many, or the first error (a failed send, a
+    /// flushed receive) after handling them all. A completion of another QP is an error:
     /// with a shared CQ use [`on_completion`](Self::on_completion).
     pub fn poll(&mut self, mut on_recv: impl FnMut(Datagram<'_>)) -> Result<usize> {
         let mut wcs: [WorkCompletion; 32] = Default::default();
         let n = self.cq.poll(&mut wcs)?;
+        // Every completion is handled (slots freed, receives reposted) even
+        // after one failed; the first error is returned.
+        let mut first = None;
         for wc in &wcs[..n] {
-            self.on_completion(wc, &mut on_recv)?;
+            if let Err(e) = self.on_completion(wc, &mut on_recv) {
+                first.get_or_insert(e);
+            }
         }
-        Ok(n)
+        first.map_or(Ok(n), Err)
     }
 }
 

@@ -72,10 +72,27 @@ impl Engine {
             .and_then(|n| n.resident_bytes().ok())
             .unwrap_or(0);
         let registered = self.rdma_registered_bytes();
+        let verbs = match &self.rdma {
+            Some(r) => {
+                let c = &r.stats;
+                format!(
+                    "rdma qps rc={rdma} ud=1, handshakes={} (requested {}, answered {}, failed {}, resent {}, \
+                     first message avg {} us max {} us); ",
+                    c.completed,
+                    c.requested,
+                    c.answered,
+                    c.failed,
+                    c.resent,
+                    c.total_us / c.timed.max(1),
+                    c.max_us,
+                )
+            }
+            None => String::new(),
+        };
         format!(
             "ibcoll stats: rank {} of {} (node {}, local {} of {}): connections shm={shm} tcp={tcp} rdma={rdma} \
              (dialed {}, accepted {}, rejected {}, failed {failed}); peers known {}; \
-             pmi puts={} gets={} fences={} fetched={} B (cards {}); registered={registered} B; \
+             pmi puts={} gets={} fences={} fetched={} B (cards {}); {verbs}registered={registered} B; \
              shm segment={seg} B (shm resident={resident} B); peak rss={} KiB",
             self.rank(),
             self.size(),
