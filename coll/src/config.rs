@@ -59,6 +59,7 @@ pub const REGISTRY: &[Entry] = &[
     e("IBCOLL_RDMA_TIMEOUT", "16", "rdma: RC ack timeout exponent (4.096 us * 2^n; 16 = 268 ms, so 8 tries span ~2 s: robust on loaded, emulated hosts); with the retry count it bounds how long a dead peer's QP goes unnoticed"),
     e("IBCOLL_RDMA_RETRY_CNT", "7", "rdma: RC transport retries (0-7) before a send fails with 'transport retry counter exceeded'"),
     e("IBCOLL_RDMA_RNR_RETRY", "7", "rdma: RNR retries (7 = infinite; credits keep receivers from running out of buffers)"),
+    e("IBCOLL_RDMA_UD_DROP", "0", "rdma, for tests: silently drop one in N datagrams of the connection manager (UD) to exercise its resends; 0 = none"),
     e("IBCOLL_RDMA_PID_CHECK", "on", "rdma: also check the pid of peers on the same host (virtual nodes) every IBCOLL_BLOCK_MS; off leaves dead-peer detection to the verbs heartbeat"),
     e("IBCOLL_CHECK", "0", "1: before every collective the ranks of the communicator exchange its signature (collective, root, bytes per rank, reduction operation and type, call number; one small internal allgather per call; alltoallv also an alltoall of its counts) and a disagreement fails every rank with Error::Mismatch naming both ranks and both values; 0: only the checks that cost nothing measurable"),
     e("IBCOLL_HANG_TIMEOUT", "0", "seconds a blocking collective, collective wait or point-to-point wait (recv, send, probe, a request's wait) may wait before the watchdog reports which ranks it waits for and what each is doing (collective and call number, or in user code), then fails with Error::Hang; 0 = off"),
@@ -128,6 +129,8 @@ pub struct RdmaConfig {
     pub retry_cnt: u8,
     pub rnr_retry: u8,
     pub pid_check: bool,
+    /// Test hook: drop one in this many UD datagrams (0: none).
+    pub ud_drop: u32,
 }
 
 /// Whether to use process_vm_readv.
@@ -441,6 +444,7 @@ impl RdmaConfig {
             retry_cnt: small("IBCOLL_RDMA_RETRY_CNT", 0, 7)? as u8,
             rnr_retry: small("IBCOLL_RDMA_RNR_RETRY", 0, 7)? as u8,
             pid_check,
+            ud_drop: small("IBCOLL_RDMA_UD_DROP", 0, 1 << 20)? as u32,
         })
     }
 }

@@ -230,3 +230,207 @@ fn peer_death_over_rdma_found_by_the_verbs_heartbeat() {
         60.0,
     );
 }
+
+// ------------------------------------------------- connections on first use
+
+/// The `IBCOLL_STATS` lines of a job (one per rank).
+fn stats_lines(o: &Output) -> Vec<String> {
+    String::from_utf8_lossy(&o.stderr)
+        .lines()
+        .filter(|l| l.starts_with("ibcoll stats: "))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The number after `key` in a stats line.
+fn stat(line: &str, key: &str) -> u64 {
+    let i = line
+        .find(key)
+        .unwrap_or_else(|| panic!("no {key} in {line}"))
+        + key.len();
+    line[i..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .unwrap_or_else(|_| panic!("no number after {key} in {line}"))
+}
+
+#[test]
+fn ring_on_8_nodes_makes_two_queue_pairs_per_rank_then_every_collective() {
+    if !have_rdma() {
+        return;
+    }
+    // Nodes alternate rxe0/rxe1: neighbours 1-2, 3-4... cross the veth
+    // pair, and 7-0 ... and ranks two apart share a device.
+    let o = run(
+        &[
+            "-n",
+            "8",
+            "--nodes",
+            "8",
+            "-x",
+            "IBCOLL_TRANSPORT=rdma",
+            "-x",
+            DEVICES,
+            "-x",
+            "IBCOLL_STATS=1",
+        ],
+        "connect_check",
+        &["ring"],
+    );
+    let t = text(&o);
+    assert!(
+        o.status.success() && t.contains("ring: ok (8 ranks)"),
+        "{t}"
+    );
+    let lines = stats_lines(&o);
+    assert_eq!(lines.len(), 8, "{t}");
+    for l in &lines {
+        // Exactly the two neighbours, and init's one fence.
+        assert!(l.contains("rdma qps rc=2 ud=1"), "{l}");
+        assert_eq!(stat(l, "handshakes="), 2, "{l}");
+        assert_eq!(stat(l, "fences="), 1, "{l}");
+        assert_eq!(stat(l, "failed "), 0, "{l}");
+    }
+    let o = run(
+        &[
+            "-n",
+            "8",
+            "--nodes",
+            "8",
+            "-x",
+            "IBCOLL_TRANSPORT=rdma",
+            "-x",
+            DEVICES,
+        ],
+        "coll_check",
+        &["quick"],
+    );
+    let t = text(&o);
+    assert!(
+        o.status.success() && t.contains("coll_check: all ok"),
+        "{t}"
+    );
+}
+
+#[test]
+fn crossing_first_messages_connect_once_even_with_lost_datagrams() {
+    if !have_rdma() {
+        return;
+    }
+    // 2 ranks: the purely simultaneous case; 4 ranks with one handshake
+    // datagram in three dropped: every pair recovers by resending.
+    for (n, drop) in [("2", "0"), ("4", "3")] {
+        let d = format!("IBCOLL_RDMA_UD_DROP={drop}");
+        let o = run(
+            &[
+                "-n",
+                n,
+                "--nodes",
+                n,
+                "-x",
+                "IBCOLL_TRANSPORT=rdma",
+                "-x",
+                DEVICES,
+                "-x",
+                "IBCOLL_STATS=1",
+                "-x",
+                &d,
+            ],
+            "connect_check",
+            &["crossing"],
+        );
+        let t = text(&o);
+        let n: u64 = n.parse().unwrap();
+        assert!(o.status.success(), "{t}");
+        assert_eq!(t.matches("crossing: ok").count() as u64, n, "{t}");
+        let lines = stats_lines(&o);
+        let mut resent = 0;
+        for l in &lines {
+            assert!(l.contains(&format!("rdma qps rc={} ud=1", n - 1)), "{l}");
+            assert_eq!(stat(l, "handshakes="), n - 1, "{l}");
+            resent += stat(l, "resent ");
+        }
+        if drop != "0" {
+            assert!(resent > 0, "nothing was resent with loss:\n{t}");
+        }
+    }
+}
+
+/// `connect_check WHAT` as 2 ranks on two virtual nodes over rdma, with no
+/// launcher to end the survivor; returns its output and how long it took.
+fn rdma_contact(what: &str, env: &[(&str, &str)]) -> (String, f64) {
+    let job = format!("rcc{}{}{}", what.len(), env.len(), std::process::id());
+    let mut e = vec![
+        ("IBCOLL_TRANSPORT", "rdma"),
+        ("IBCOLL_IB_DEVICE", "rxe0,rxe1"),
+        ("IBCOLL_PEER_TIMEOUT_MS", "3000"),
+    ];
+    e.extend_from_slice(env);
+    let t = std::time::Instant::now();
+    let mut children = start_without_launcher("connect_check", &[what], &[0, 1], &job, &e, 120);
+    let mut r1 = children.pop().expect("rank 1");
+    if what != "unreachable" {
+        // Rank 1 ends by itself: reap it, or the survivor's pid check
+        // would see a zombie, which is still a process.
+        let _ = r1.wait();
+    }
+    let r0 = children
+        .pop()
+        .expect("rank 0")
+        .wait_with_output()
+        .expect("rank 0");
+    let secs = t.elapsed().as_secs_f64();
+    let _ = r1.kill();
+    let _ = r1.wait();
+    let out = text(&r0);
+    eprintln!("{what} {env:?}: {secs:.1} s\n{out}");
+    assert!(r0.status.success(), "{out}");
+    assert!(
+        out.contains("survivor: got expected error") && out.contains("rank 1"),
+        "{out}"
+    );
+    (out, secs)
+}
+
+#[test]
+fn a_peer_that_never_answers_the_handshake_is_a_bounded_error() {
+    if !have_rdma() {
+        return;
+    }
+    // Dead before the first contact: the pid check finds it at once.
+    let (_, secs) = rdma_contact("dead-before-contact", &[]);
+    assert!(secs < 30.0, "{secs:.1} s");
+    // Without the pid check only the handshake's deadline can.
+    let (out, secs) = rdma_contact("dead-before-contact", &[("IBCOLL_RDMA_PID_CHECK", "off")]);
+    assert!(out.contains("no reply (REP)"), "{out}");
+    assert!(secs < 30.0, "{secs:.1} s");
+    // Every handshake datagram lost (alive peer, broken fabric): the same.
+    let (out, _) = rdma_contact(
+        "unreachable",
+        &[
+            ("IBCOLL_RDMA_UD_DROP", "1"),
+            ("IBCOLL_RDMA_PID_CHECK", "off"),
+        ],
+    );
+    assert!(out.contains("no reply (REP)"), "{out}");
+}
+
+#[test]
+fn a_peer_dying_after_the_handshake_is_an_error_not_a_hang() {
+    if !have_rdma() {
+        return;
+    }
+    let (_, secs) = rdma_contact("dies-after-answering", &[]);
+    assert!(secs < 40.0, "{secs:.1} s");
+    let (_, secs) = rdma_contact(
+        "dies-after-answering",
+        &[
+            ("IBCOLL_RDMA_PID_CHECK", "off"),
+            ("IBCOLL_RDMA_TIMEOUT", "14"),
+            ("IBCOLL_RDMA_RETRY_CNT", "3"),
+        ],
+    );
+    assert!(secs < 60.0, "{secs:.1} s");
+}

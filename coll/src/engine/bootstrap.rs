@@ -3,16 +3,15 @@
 //! side for ranks on other nodes, which get their channels on first use.
 //!
 //! Order: local rank 0 creates the node segment; a rank that may have peers
-//! on other nodes opens its listener (and, while rdma still connects at
-//! init, its verbs device with one RC QP per such peer); everyone `put`s
-//! its constant-size card (`card.rs`: pid, node, host, CMA ability, the
-//! listener's port and addresses) and fences. Then the ranks of a node
-//! attach to the segment and publish their slot in it (world rank, pid,
-//! flags), so they learn each other without the key-value space; rdma
-//! pairs connect their QPs and fence once more (every rank agrees on that
-//! from the configuration and placement alone). Nothing else is per remote
-//! peer: a tcp peer's card is fetched, and the connection made, when the
-//! pair first talks (`connect.rs`).
+//! on other nodes opens its listener and, when rdma may be used, its verbs
+//! device with one UD endpoint; everyone `put`s its constant-size card
+//! (`card.rs`: pid, node, host, CMA ability, the listener's port and
+//! addresses, the UD address) and fences, the only fence of init. Then the
+//! ranks of a node attach to the segment and publish their slot in it
+//! (world rank, pid, flags), so they learn each other without the
+//! key-value space. Nothing else is per remote peer: a peer's card is
+//! fetched, and the tcp connection or RC queue pair made, when the pair
+//! first talks (`connect.rs`, `rdma_connect.rs`).
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -20,7 +19,6 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use ibcoll_launcher::Pmi;
-use ibcoll_rdma::QpInfo;
 use ibcoll_shm::{LayoutParams, NodeLayout, NodeSegment, ShmError};
 
 use super::card::Card;
@@ -30,7 +28,7 @@ use super::{Engine, State};
 use crate::config::{CmaMode, Config, TransportMode};
 use crate::error::{Error, Op, Result};
 use crate::transport::local::LocalChannel;
-use crate::transport::rdma::RdmaSetup;
+use crate::transport::rdma::RdmaNet;
 use crate::transport::shm::{PipeOut, ShmChannel, ShmInbox};
 use crate::transport::tcp_connect::job_key;
 use crate::transport::{netif, Channel};
@@ -38,12 +36,6 @@ use crate::transport::{netif, Channel};
 /// The key-value key of rank `r`'s card.
 pub(crate) fn card_key(r: usize) -> String {
     format!("ibc{r}")
-}
-
-/// The key of rank `r`'s rdma queue pairs (one per peer on another node,
-/// until connections over verbs are made on first use too).
-fn qp_key(r: usize) -> String {
-    format!("ibq{r}")
 }
 
 /// Flags a rank publishes in its node-segment slot.
@@ -93,7 +85,7 @@ fn oversubscribed(local_size: usize) -> bool {
 impl Engine {
     /// Initialises the world from the environment (PMI or singleton): the
     /// node segment, this rank's card (published with the only fence of
-    /// init, unless rdma needs its second), the channels to the other
+    /// init), the channels to the other
     /// ranks of the node, and the network side for the others, which get
     /// channels on first use.
     pub(crate) fn init() -> Result<Engine> {
@@ -141,7 +133,8 @@ impl Engine {
         } else {
             (None, 0, Vec::new())
         };
-        let (mut rdma, rdma_note) = setup_rdma(&cfg, &pl, &pmi)?;
+        let host = netif::host_key();
+        let (rdma, rdma_note) = setup_rdma(&cfg, &pl, job_key(pmi.job_id()), host)?;
 
         let membarrier = use_shm && cfg.membarrier && ibcoll_shm::fences::register();
         let me = Card {
@@ -151,8 +144,9 @@ impl Engine {
             cma,
             membarrier,
             verbs: rdma.is_some(),
+            ud: rdma.as_ref().map(|r| r.ud.local_addr()),
             explicit: cfg.tcp_host.is_some() || cfg.tcp_if.is_some(),
-            host: netif::host_key(),
+            host,
             port,
             addrs,
         };
@@ -160,11 +154,6 @@ impl Engine {
         if pl.size > 1 {
             pmi.put(&card_key(rank), &me.encode()).map_err(pmi_err)?;
             stats.puts += 1;
-            if let Some(r) = &rdma {
-                pmi.put(&qp_key(rank), &encode_qps(&r.infos()))
-                    .map_err(pmi_err)?;
-                stats.puts += 1;
-            }
             pmi.fence().map_err(pmi_err)?;
             stats.fences += 1;
         }
@@ -188,16 +177,6 @@ impl Engine {
             None
         };
 
-        let mut rdma_peers = Vec::new();
-        if let Some(setup) = rdma.as_mut() {
-            rdma_peers = rdma_channels(&cfg, &pl, &mut pmi, setup, &me, &mut peers, &mut stats)?;
-        }
-        // Every rank agrees on this fence: it depends only on the
-        // configuration and the placement, not on who has a device.
-        if wants_rdma(&cfg, &pl) {
-            pmi.fence().map_err(pmi_err)?;
-            stats.fences += 1;
-        }
         if rank == 0 && cfg.transport == TransportMode::Auto && pl.num_nodes > 1 {
             if let Some(why) = &rdma_note {
                 eprintln!(
@@ -207,14 +186,17 @@ impl Engine {
             }
         }
         let mut net = net;
-        if let Some(fd) = first_rdma_fd(&peers, &rdma_peers) {
-            let n = match net.take() {
+        if let Some(r) = &rdma {
+            // Completions (handshake datagrams first) wake a blocked rank
+            // through the epoll set.
+            let mut n = match net.take() {
                 Some(n) => n,
                 None => Net::new(job_key(pmi.job_id()))
                     .map_err(|e| tcp_setup_err(rank, rank, format!("epoll: {e}")))?,
             };
-            let mut n = n;
-            let _ = n.poll.add_input(fd, super::netpoll::Source::Rdma);
+            let _ = n
+                .poll
+                .add_input(r.ctx.comp.fd(), super::netpoll::Source::Rdma);
             net = Some(n);
         }
 
@@ -236,7 +218,8 @@ impl Engine {
             shm_inbox,
             shm_polled,
             tcp_peers: Vec::new(),
-            rdma_peers,
+            rdma_peers: Vec::new(),
+            rdma,
             net,
             me,
             use_shm,
@@ -348,25 +331,19 @@ fn wants_rdma(cfg: &Config, pl: &Placement) -> bool {
         }
 }
 
-/// The verbs side, while rdma still connects at init: one QP per peer
-/// that may be on another node (every peer when forced, or when the
-/// placement is unknown). Without a device (auto mode) the reason is
+/// The verbs side: device, PD and the UD endpoint (RC queue pairs are made
+/// per peer on first use). Without a device (auto mode) the reason is
 /// returned for rank 0's note.
 fn setup_rdma(
     cfg: &Config,
     pl: &Placement,
-    pmi: &Pmi,
-) -> Result<(Option<RdmaSetup>, Option<String>)> {
+    job: u64,
+    host: u64,
+) -> Result<(Option<RdmaNet>, Option<String>)> {
     if !wants_rdma(cfg, pl) {
         return Ok((None, None));
     }
-    let peers: Vec<usize> = (0..pl.size)
-        .filter(|&r| {
-            r != pl.rank
-                && (cfg.transport == TransportMode::Rdma || pmi.node_of(r) != Some(pl.node_id))
-        })
-        .collect();
-    match RdmaSetup::new(cfg, pl.node_id, &peers) {
+    match RdmaNet::new(cfg, pl.node_id, pl.rank, job, host) {
         Ok(s) => Ok((Some(s), None)),
         Err(e) if cfg.transport == TransportMode::Rdma => Err(Error::Transport {
             rank: pl.rank,
@@ -376,112 +353,6 @@ fn setup_rdma(
             detail: format!("IBCOLL_TRANSPORT=rdma needs a usable verbs device: {e}"),
         }),
         Err(e) => Ok((None, Some(e))),
-    }
-}
-
-fn encode_qps(qps: &[(u32, QpInfo)]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(4 + qps.len() * (4 + QpInfo::WIRE_LEN));
-    v.extend_from_slice(&(qps.len() as u32).to_le_bytes());
-    for (p, q) in qps {
-        v.extend_from_slice(&p.to_le_bytes());
-        v.extend_from_slice(&q.to_bytes());
-    }
-    v
-}
-
-fn decode_qps(b: &[u8]) -> Option<Vec<(u32, QpInfo)>> {
-    let n = u32::from_le_bytes(b.get(..4)?.try_into().ok()?) as usize;
-    let mut pos = 4;
-    let mut v = Vec::with_capacity(n.min(1 << 16));
-    for _ in 0..n {
-        let p = u32::from_le_bytes(b.get(pos..pos + 4)?.try_into().ok()?);
-        let q = QpInfo::from_bytes(b.get(pos + 4..pos + 4 + QpInfo::WIRE_LEN)?).ok()?;
-        pos += 4 + QpInfo::WIRE_LEN;
-        v.push((p, q));
-    }
-    (pos == b.len()).then_some(v)
-}
-
-/// Connects an RC queue pair to every peer on another node that published
-/// one for us (both sides decide alike from the two cards: `card::plan`).
-fn rdma_channels(
-    cfg: &Config,
-    pl: &Placement,
-    pmi: &mut Pmi,
-    setup: &mut RdmaSetup,
-    me: &Card,
-    peers: &mut Peers,
-    stats: &mut super::stats::Stats,
-) -> Result<Vec<usize>> {
-    let rank = pl.rank;
-    let mut out = Vec::new();
-    for r in 0..pl.size {
-        if r == rank || !setup.has(r) || peers.slot(r).is_some() {
-            continue;
-        }
-        let get = |pmi: &mut Pmi, key: String| {
-            pmi.get(&key).map_err(|e| Error::Pmi {
-                rank,
-                op: Op::Init,
-                detail: e.to_string(),
-            })
-        };
-        let card_b = get(pmi, card_key(r))?;
-        stats.gets += 1;
-        let card = Card::decode(&card_b).ok_or_else(|| Error::Protocol {
-            rank,
-            peer: r,
-            detail: "its bootstrap card does not parse (different ibcoll versions?)".into(),
-        })?;
-        match super::card::plan(me, &card, cfg.transport, false) {
-            Ok(super::card::Transport::Rdma) => {}
-            Ok(_) => continue,
-            Err(why) => {
-                return Err(Error::Transport {
-                    rank,
-                    peer: r,
-                    op: Op::Init,
-                    transport: "rdma",
-                    detail: why,
-                })
-            }
-        }
-        let qps_b = get(pmi, qp_key(r))?;
-        stats.gets += 1;
-        let qps = decode_qps(&qps_b).ok_or_else(|| Error::Protocol {
-            rank,
-            peer: r,
-            detail: "its queue-pair list does not parse".into(),
-        })?;
-        let Some((_, remote)) = qps.iter().find(|(p, _)| *p as usize == rank) else {
-            return Err(Error::Transport {
-                rank,
-                peer: r,
-                op: Op::Init,
-                transport: "rdma",
-                detail: "the peer published no queue pair for us".into(),
-            });
-        };
-        let pid = (card.host == me.host && cfg.rdma.pid_check).then_some(card.pid);
-        let ch = setup
-            .connect(r, remote, pid)
-            .map_err(|e| Error::Transport {
-                rank,
-                peer: r,
-                op: Op::Init,
-                transport: "rdma",
-                detail: e,
-            })?;
-        peers.add(r, Channel::Rdma(Box::new(ch)), true);
-        out.push(r);
-    }
-    Ok(out)
-}
-
-fn first_rdma_fd(peers: &Peers, rdma_peers: &[usize]) -> Option<std::os::fd::RawFd> {
-    match peers.chan(*rdma_peers.first()?) {
-        Some(Channel::Rdma(c)) => Some(c.fd()),
-        _ => None,
     }
 }
 
@@ -634,27 +505,5 @@ fn tcp_setup_err(rank: usize, peer: usize, detail: String) -> Error {
         op: Op::Init,
         transport: "tcp",
         detail,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn qp_lists_roundtrip_and_garbage() {
-        let q = QpInfo {
-            qpn: 0x12,
-            psn: 0x345,
-            gid: ibcoll_rdma::Gid([1; 16]),
-            lid: 0,
-            mtu: ibcoll_rdma::Mtu::M1024,
-        };
-        let v = vec![(7u32, q), (9, q)];
-        let b = encode_qps(&v);
-        assert_eq!(decode_qps(&b), Some(v));
-        for i in 0..b.len() {
-            assert_eq!(decode_qps(&b[..i]), None);
-        }
     }
 }

@@ -12,9 +12,11 @@
 
 use std::net::IpAddr;
 
+use ibcoll_rdma::UdAddr;
+
 use crate::config::TransportMode;
 
-const CARD_VERSION: u8 = 3;
+const CARD_VERSION: u8 = 4;
 
 /// Addresses a card holds at most.
 pub const MAX_ADDRS: usize = 4;
@@ -32,6 +34,9 @@ pub(crate) struct Card {
     pub membarrier: bool,
     /// Published a verbs endpoint for its peers on other nodes.
     pub verbs: bool,
+    /// Its UD endpoint (with `verbs`): where the rdma connection manager
+    /// sends the first datagram of a pair (`transport/rdma_cm.rs`).
+    pub ud: Option<UdAddr>,
     /// Kernel and network namespace ([`crate::transport::netif::host_key`]):
     /// equal keys reach each other over loopback and see each other's pids.
     pub host: u64,
@@ -46,7 +51,7 @@ pub(crate) struct Card {
 
 impl Card {
     /// Largest encoding.
-    pub const MAX_LEN: usize = 1 + 4 + 4 + 4 + 1 + 8 + 2 + 1 + MAX_ADDRS * 17;
+    pub const MAX_LEN: usize = 1 + 4 + 4 + 4 + 1 + 8 + 2 + 1 + MAX_ADDRS * 17 + UdAddr::WIRE_LEN;
 
     pub fn encode(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(Self::MAX_LEN);
@@ -54,10 +59,11 @@ impl Card {
         v.extend_from_slice(&self.pid.to_le_bytes());
         v.extend_from_slice(&self.node.to_le_bytes());
         v.extend_from_slice(&self.local_rank.to_le_bytes());
+        let verbs = self.verbs && self.ud.is_some();
         v.push(
             u8::from(self.cma)
                 | (u8::from(self.membarrier) << 1)
-                | (u8::from(self.verbs) << 2)
+                | (u8::from(verbs) << 2)
                 | (u8::from(self.explicit) << 3),
         );
         v.extend_from_slice(&self.host.to_le_bytes());
@@ -75,6 +81,9 @@ impl Card {
                     v.extend_from_slice(&a.octets());
                 }
             }
+        }
+        if let (true, Some(ud)) = (verbs, &self.ud) {
+            v.extend_from_slice(&ud.to_bytes());
         }
         v
     }
@@ -102,6 +111,11 @@ impl Card {
                 _ => return None,
             });
         }
+        let ud = if flags & 4 != 0 {
+            Some(UdAddr::from_bytes(r.take(UdAddr::WIRE_LEN)?).ok()?)
+        } else {
+            None
+        };
         if !r.0.is_empty() || flags & !15 != 0 {
             return None;
         }
@@ -112,6 +126,7 @@ impl Card {
             cma: flags & 1 != 0,
             membarrier: flags & 2 != 0,
             verbs: flags & 4 != 0,
+            ud,
             explicit: flags & 8 != 0,
             host,
             port,
@@ -198,6 +213,11 @@ mod tests {
             cma: true,
             membarrier: false,
             verbs,
+            ud: verbs.then_some(UdAddr {
+                gid: ibcoll_rdma::Gid([7; 16]),
+                lid: 0,
+                qpn: 0x11 + node,
+            }),
             explicit: node == 3,
             host,
             port: 4000,

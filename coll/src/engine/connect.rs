@@ -4,7 +4,8 @@
 //!
 //! A peer on another node gets a channel only when this rank first sends to
 //! it ([`Engine::open_channel`]: fetch its card, [`card::plan`] the pair,
-//! dial) or when it first connects here ([`Engine::step_incoming`]); the
+//! dial, or start the rdma handshake of `rdma_connect.rs`) or when it first
+//! connects here ([`Engine::step_incoming`]); the
 //! rules that keep exactly one connection per pair are in
 //! [`crate::transport::tcp_connect`]. Sends wait in the peer's queue until
 //! the connection is up, so they keep their order.
@@ -121,7 +122,9 @@ impl Engine {
             _ => None,
         };
         let dialing = matches!(&chan, Channel::Connecting(c) if c.dial.is_some());
-        let slot = self.peers.add(peer, chan, false);
+        // An rdma channel's completions arrive in memory: polled.
+        let polled = matches!(&chan, Channel::Rdma(_));
+        let slot = self.peers.add(peer, chan, polled);
         if let Some(net) = &mut self.net {
             if let Some(fd) = dial_fd {
                 net.watch(fd, Source::Peer(peer));
@@ -146,6 +149,7 @@ impl Engine {
         };
         match card::plan(&self.me, &card, self.cfg.transport, self.use_shm) {
             Ok(Transport::Tcp) => {}
+            Ok(Transport::Rdma) => return self.open_rdma(peer, &card),
             Ok(t) => {
                 return fail(format!(
                     "the pair should talk over {} (set up at init), but has no such channel",

@@ -20,6 +20,7 @@ pub(crate) mod netpoll;
 pub(crate) mod ops;
 pub(crate) mod peers;
 pub(crate) mod progress;
+pub(crate) mod rdma_connect;
 pub(crate) mod stats;
 pub(crate) mod watchdog;
 
@@ -676,6 +677,9 @@ pub(crate) struct Engine {
     pub(crate) shm_polled: crate::transport::shm::Polled,
     pub tcp_peers: Vec<usize>,
     pub rdma_peers: Vec<usize>,
+    /// The verbs side: device, UD endpoint, rdma handshakes in progress
+    /// (`rdma_connect.rs`); `None` without rdma.
+    pub(crate) rdma: Option<crate::transport::rdma::RdmaNet>,
     /// The network side: listener, dials, accepted sockets, epoll set
     /// (`connect.rs`); `None` in a job that needs no sockets.
     pub(crate) net: Option<connect::Net>,

@@ -76,6 +76,9 @@ impl Engine {
                 n += self.progress_net(0);
             }
         }
+        if self.rdma.is_some() {
+            n += self.progress_rdma_cm();
+        }
         if !self.st.actions.is_empty() {
             n += self.apply_actions();
             settled = false;
@@ -159,7 +162,7 @@ impl Engine {
     /// Whether this rank has anything that signals through a descriptor
     /// (sockets, the listener, rdma completions): then it blocks in epoll.
     fn waits_on_descriptors(&self) -> bool {
-        self.net.as_ref().is_some_and(|n| n.sockets > 0) || !self.rdma_peers.is_empty()
+        self.net.as_ref().is_some_and(|n| n.sockets > 0) || self.rdma.is_some()
     }
 
     /// Blocks until something may have happened (bounded). `done` is
@@ -241,7 +244,7 @@ impl Engine {
     /// is ready.
     pub(crate) fn wait_descriptors(&mut self, timeout: Duration) {
         let mut rdma = false;
-        if !self.rdma_peers.is_empty() {
+        if self.rdma.is_some() {
             // Arm the CQs; a completion that came meanwhile means no sleep.
             if !self.rdma_arm() {
                 return;
@@ -255,6 +258,12 @@ impl Engine {
                 timeout.min(Duration::from_millis(10))
             }
             _ => timeout,
+        };
+        // So do rdma handshakes waiting to resend.
+        let timeout = if self.rdma.as_ref().is_some_and(|r| !r.hs.is_empty()) {
+            timeout.min(Duration::from_millis(10))
+        } else {
+            timeout
         };
         let ms = timeout.as_millis().clamp(0, i32::MAX as u128) as i32;
         if self.net.is_some() {

@@ -74,10 +74,27 @@ impl Engine {
         let registered = self.rdma_registered_bytes();
         let granted = self.shm_inbox.as_ref().map_or(0, |ib| ib.granted());
         let polled = self.shm_polled.borrow().len();
+        let verbs = match &self.rdma {
+            Some(r) => {
+                let c = &r.stats;
+                format!(
+                    "rdma qps rc={rdma} ud=1, handshakes={} (requested {}, answered {}, failed {}, resent {}, \
+                     first message avg {} us max {} us); ",
+                    c.completed,
+                    c.requested,
+                    c.answered,
+                    c.failed,
+                    c.resent,
+                    c.total_us / c.timed.max(1),
+                    c.max_us,
+                )
+            }
+            None => String::new(),
+        };
         format!(
             "ibcoll stats: rank {} of {} (node {}, local {} of {}): connections shm={shm} tcp={tcp} rdma={rdma} \
              (dialed {}, accepted {}, rejected {}, failed {failed}); peers known {}; \
-             pmi puts={} gets={} fences={} fetched={} B (cards {}); registered={registered} B; \
+             pmi puts={} gets={} fences={} fetched={} B (cards {}); {verbs}registered={registered} B; \
              shm segment={seg} B (shm resident={resident} B); shm boxes granted={granted} polled={polled}; peak rss={} KiB",
             self.rank(),
             self.size(),

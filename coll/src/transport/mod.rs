@@ -14,6 +14,7 @@ pub mod header;
 pub(crate) mod local;
 pub mod netif;
 pub(crate) mod rdma;
+pub(crate) mod rdma_cm;
 pub(crate) mod shm;
 pub(crate) mod tcp;
 pub(crate) mod tcp_connect;

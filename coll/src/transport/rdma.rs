@@ -40,7 +40,6 @@
 //! channel's fd together with the tcp sockets.
 
 use std::collections::{HashMap, VecDeque};
-use std::os::fd::RawFd;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -48,7 +47,7 @@ use std::time::{Duration, Instant};
 use ibcoll_rdma::{
     CompletionChannel, CompletionQueue, Credits, DeviceSelection, MemoryRegion, ProtectionDomain,
     QpCaps, QpInfo, RcConfig, RcEndpoint, RecvPool, RegCache, RegCacheConfig, RegisteredBuffer,
-    RemoteBuf, SelectedPort, SendOp, WorkCompletion,
+    RemoteBuf, SelectedPort, SendOp, UdAddr, UdConfig, UdEndpoint, WorkCompletion,
 };
 
 use super::header::{Header, Kind, HEADER_LEN};
@@ -175,22 +174,69 @@ pub fn status() -> (bool, String) {
     }
 }
 
-/// A QP made before the exchange, waiting for its peer's address.
-pub(crate) struct PendingEp {
-    ep: RcEndpoint,
-    cq: Arc<CompletionQueue>,
+/// A handshake in progress (`rdma_cm.rs`): the peer, what to resend to
+/// it and when, and the bound.
+pub(crate) struct Handshake {
+    pub peer: usize,
+    /// This rank sent the first REQ (else it answers with REP).
+    pub requester: bool,
+    pub msg: [u8; super::rdma_cm::MSG_LEN],
+    pub dst: UdAddr,
+    pub tries: u32,
+    pub next: Instant,
+    pub started: Instant,
+    pub deadline: Instant,
 }
 
-/// The rdma part of bootstrap: device, PD, and one RC QP per candidate peer.
-pub(crate) struct RdmaSetup {
+/// Handshake counts for `IBCOLL_STATS`.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct CmStats {
+    /// Handshakes this rank started (its first message to the peer).
+    pub requested: u64,
+    /// Handshakes a peer started with this rank.
+    pub answered: u64,
+    /// Handshakes that ended with both QPs ready.
+    pub completed: u64,
+    pub failed: u64,
+    /// Datagrams resent after a timeout.
+    pub resent: u64,
+    /// Requester-side handshakes that completed, and the sum and largest
+    /// time from the first REQ to ready.
+    pub timed: u64,
+    pub total_us: u64,
+    pub max_us: u64,
+}
+
+/// The verbs side of a process: device, PD, caches, and the UD endpoint
+/// the connection manager speaks over. RC queue pairs are made per peer,
+/// on first use.
+pub(crate) struct RdmaNet {
+    // Drop order: the UD QP before the CQ it uses.
+    pub ud: UdEndpoint,
+    pub ud_cq: Arc<CompletionQueue>,
     pub ctx: Rc<RdmaCtx>,
-    eps: HashMap<usize, PendingEp>,
+    /// Handshakes in progress (only peers being connected).
+    pub hs: Vec<Handshake>,
+    /// Handshake datagrams of this pass (kept for its allocation).
+    pub inbox: Vec<super::rdma_cm::Msg>,
+    pub stats: CmStats,
+    /// What every handshake datagram says of this rank.
+    pub job: u64,
+    pub rank: usize,
+    pub pid: i32,
+    pub host: u64,
 }
 
-impl RdmaSetup {
-    /// Opens this node's device and makes a QP for every peer in `peers`.
-    /// The error says why rdma cannot be used here.
-    pub fn new(cfg: &Config, node_id: usize, peers: &[usize]) -> Result<RdmaSetup, String> {
+impl RdmaNet {
+    /// Opens this node's device and makes the UD endpoint. The error says
+    /// why rdma cannot be used here.
+    pub fn new(
+        cfg: &Config,
+        node_id: usize,
+        rank: usize,
+        job: u64,
+        host: u64,
+    ) -> Result<RdmaNet, String> {
         let sel = selection_for_node(node_id)?;
         let port = sel.select().map_err(|e| e.to_string())?;
         let pd = ProtectionDomain::new(&port.context).map_err(|e| e.to_string())?;
@@ -203,6 +249,14 @@ impl RdmaSetup {
                 ..RegCacheConfig::default()
             },
         );
+        let ucfg = UdConfig {
+            drop_one_in: cfg.rdma.ud_drop,
+            ..UdConfig::default()
+        };
+        let ud_cq =
+            CompletionQueue::new(&port.context, ucfg.send_bufs + ucfg.recv_bufs, Some(&comp))
+                .map_err(|e| e.to_string())?;
+        let ud = UdEndpoint::new(&port, &pd, Some(&ud_cq), ucfg).map_err(|e| e.to_string())?;
         let ctx = Rc::new(RdmaCtx {
             port,
             pd,
@@ -212,73 +266,51 @@ impl RdmaSetup {
             cfg: cfg.rdma.clone(),
             peer_timeout: cfg.peer_timeout,
         });
-        let mut eps = HashMap::new();
-        for &p in peers {
-            eps.insert(p, Self::make_ep(&ctx)?);
+        Ok(RdmaNet {
+            ud,
+            ud_cq,
+            ctx,
+            hs: Vec::new(),
+            inbox: Vec::new(),
+            stats: CmStats::default(),
+            job,
+            rank,
+            pid: std::process::id() as i32,
+            host,
+        })
+    }
+}
+
+fn make_ep(ctx: &Rc<RdmaCtx>) -> Result<(RcEndpoint, Arc<CompletionQueue>), String> {
+    let c = &ctx.cfg;
+    let max_wr = ctx.port.context.attr().max_qp_wr.max(16);
+    let send_wr = (2 * c.recv_bufs as u32 + 64).min(max_wr);
+    let recv_wr = (c.recv_bufs as u32).min(max_wr);
+    let cqe = send_wr + recv_wr + 16;
+    let cq =
+        CompletionQueue::new(&ctx.port.context, cqe, Some(&ctx.comp)).map_err(|e| e.to_string())?;
+    let mut rc = RcConfig {
+        caps: QpCaps {
+            max_send_wr: send_wr,
+            max_recv_wr: recv_wr,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 128, // <= the 160-byte staging in send_msg
+        },
+        timeout: c.timeout,
+        retry_cnt: c.retry_cnt,
+        rnr_retry: c.rnr_retry,
+        ..RcConfig::default()
+    };
+    let ep = match RcEndpoint::new(&ctx.port, &ctx.pd, &cq, &cq, rc) {
+        Ok(ep) => ep,
+        Err(_) => {
+            // The device may not inline that much.
+            rc.caps.max_inline_data = 64;
+            RcEndpoint::new(&ctx.port, &ctx.pd, &cq, &cq, rc).map_err(|e| e.to_string())?
         }
-        Ok(RdmaSetup { ctx, eps })
-    }
-
-    fn make_ep(ctx: &Rc<RdmaCtx>) -> Result<PendingEp, String> {
-        let c = &ctx.cfg;
-        let max_wr = ctx.port.context.attr().max_qp_wr.max(16);
-        let send_wr = (2 * c.recv_bufs as u32 + 64).min(max_wr);
-        let recv_wr = (c.recv_bufs as u32).min(max_wr);
-        let cqe = send_wr + recv_wr + 16;
-        let cq = CompletionQueue::new(&ctx.port.context, cqe, Some(&ctx.comp))
-            .map_err(|e| e.to_string())?;
-        let mut rc = RcConfig {
-            caps: QpCaps {
-                max_send_wr: send_wr,
-                max_recv_wr: recv_wr,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 128, // <= the 160-byte staging in send_msg
-            },
-            timeout: c.timeout,
-            retry_cnt: c.retry_cnt,
-            rnr_retry: c.rnr_retry,
-            ..RcConfig::default()
-        };
-        let ep = match RcEndpoint::new(&ctx.port, &ctx.pd, &cq, &cq, rc) {
-            Ok(ep) => ep,
-            Err(_) => {
-                // The device may not inline that much.
-                rc.caps.max_inline_data = 64;
-                RcEndpoint::new(&ctx.port, &ctx.pd, &cq, &cq, rc).map_err(|e| e.to_string())?
-            }
-        };
-        Ok(PendingEp { ep, cq })
-    }
-
-    /// What to publish: our QP for each peer.
-    pub fn infos(&self) -> Vec<(u32, QpInfo)> {
-        let mut v: Vec<(u32, QpInfo)> = self
-            .eps
-            .iter()
-            .map(|(&p, e)| (p as u32, e.ep.local_info()))
-            .collect();
-        v.sort_by_key(|(p, _)| *p);
-        v
-    }
-
-    pub fn has(&self, peer: usize) -> bool {
-        self.eps.contains_key(&peer)
-    }
-
-    /// Connects our QP for `peer` to the peer's `remote` one.
-    pub fn connect(
-        &mut self,
-        peer: usize,
-        remote: &QpInfo,
-        peer_pid: Option<i32>,
-    ) -> Result<RdmaChannel, String> {
-        let p = self
-            .eps
-            .remove(&peer)
-            .ok_or_else(|| format!("no queue pair made for rank {peer}"))?;
-        RdmaChannel::new(self.ctx.clone(), p, peer, remote, peer_pid)
-    }
+    };
+    Ok((ep, cq))
 }
 
 /// A rendezvous transfer in flight (RDMA read or write).
@@ -353,6 +385,11 @@ pub(crate) struct RdmaChannel {
     probe_every: Duration,
     /// BYE queued: signal every WR so finalize can wait for all of them.
     closing: bool,
+    /// The QP is connected to the peer's (RTS) and its receives posted.
+    connected: bool,
+    /// The peer's QP is connected too: records may be sent. Until then
+    /// `try_send` finds no room, so sends wait in order in the engine.
+    ready: bool,
     wcs: Box<[WorkCompletion; 16]>,
 }
 
@@ -383,14 +420,14 @@ impl RdmaChannel {
         (self.pool.slot_size() * self.pool.count() + self.sbuf.len()) as u64
     }
 
-    fn new(
+    /// A channel to `peer_rank` with its QP made (in RESET) and its
+    /// buffers registered; [`connect`](Self::connect) brings it up.
+    pub fn open(
         ctx: Rc<RdmaCtx>,
-        p: PendingEp,
         peer_rank: usize,
-        remote: &QpInfo,
         peer_pid: Option<i32>,
     ) -> Result<RdmaChannel, String> {
-        let PendingEp { mut ep, cq } = p;
+        let (ep, cq) = make_ep(&ctx)?;
         let c = ctx.cfg.clone();
         let slot = (c.eager_limit.max(8) + MSG_OVERHEAD).div_ceil(64) * 64;
         let nrecv = (ep.qp().caps().max_recv_wr as usize)
@@ -404,11 +441,6 @@ impl RdmaChannel {
             ibcoll_rdma::Access::LOCAL_WRITE,
         )
         .map_err(|e| e.to_string())?;
-        ep.connect(remote).map_err(|e| e.to_string())?;
-        // SAFETY: the pool lives in this channel, which drops the QP (`ep`,
-        // first field) before the pool; slots are read only between their
-        // completion and their repost.
-        unsafe { pool.post_all(ep.qp()) }.map_err(|e| e.to_string())?;
         let probe_every = (ctx.peer_timeout / 4).max(Duration::from_millis(50));
         Ok(RdmaChannel {
             ep,
@@ -439,18 +471,50 @@ impl RdmaChannel {
             probe_out: false,
             probe_every,
             closing: false,
+            connected: false,
+            ready: false,
             wcs: Box::default(),
             ctx,
         })
     }
 
-    /// The completion channel's fd (shared by every rdma channel).
-    pub fn fd(&self) -> RawFd {
-        self.ctx.comp.fd()
+    /// What the peer needs to connect its QP to ours.
+    pub fn local_info(&self) -> QpInfo {
+        self.ep.local_info()
     }
 
-    pub fn ctx(&self) -> &Rc<RdmaCtx> {
-        &self.ctx
+    /// The peer's QP number, once connected.
+    pub fn remote_qpn(&self) -> Option<u32> {
+        self.ep.remote().map(|r| r.qpn)
+    }
+
+    pub fn is_connected(&self) -> bool {
+        self.connected
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready
+    }
+
+    /// Connects our QP to the peer's `remote` one (RTR, RTS) and posts the
+    /// receive buffers: from now on the peer may send.
+    pub fn connect(&mut self, remote: &QpInfo) -> Result<(), String> {
+        self.ep
+            .connect(remote)
+            .map_err(|e| format!("connect the queue pair to {}: {e}", self.peer_desc()))?;
+        // SAFETY: the pool lives in this channel, which drops the QP (`ep`,
+        // first field) before the pool; slots are read only between their
+        // completion and their repost.
+        unsafe { self.pool.post_all(self.ep.qp()) }
+            .map_err(|e| format!("post receives for {}: {e}", self.peer_desc()))?;
+        self.connected = true;
+        self.last_heard = Instant::now();
+        Ok(())
+    }
+
+    /// The peer's QP is connected: records may flow.
+    pub fn set_ready(&mut self) {
+        self.ready = true;
     }
 
     /// Arms the CQ so the next completion raises an event on [`fd`](Self::fd).
@@ -709,6 +773,10 @@ impl RdmaChannel {
             // The engine fails the operation from the channel's health.
             return true;
         }
+        if !self.ready {
+            // Still connecting: the record waits in the engine, in order.
+            return false;
+        }
         if !self.pending.is_empty() {
             self.flush_pending();
             if !self.pending.is_empty() {
@@ -823,7 +891,8 @@ impl RdmaChannel {
 
     /// Queues a goodbye (signaled, so finalize can wait for it).
     pub fn send_bye(&mut self) {
-        if self.health == Health::Open {
+        // A pair that never connected has nothing to close.
+        if self.health == Health::Open && self.ready {
             self.closing = true;
             let h = Header::new(Kind::Bye).encode();
             self.send_or_queue(MSG_RECORD, 0, h.to_vec(), true);
@@ -843,6 +912,10 @@ impl RdmaChannel {
         if self.heard {
             self.heard = false;
             self.last_heard = Instant::now();
+        }
+        if !self.connected {
+            // The handshake's deadline bounds the wait for an answer.
+            return None;
         }
         if !self.probe_out
             && self.last_heard.elapsed() >= self.probe_every
@@ -874,7 +947,7 @@ impl RdmaChannel {
 
     #[inline]
     pub fn poll(&mut self, peer: usize, st: &mut State) -> usize {
-        if self.health != Health::Open {
+        if self.health != Health::Open || !self.connected {
             return 0;
         }
         let k = match self.cq.poll(&mut self.wcs[..]) {
@@ -895,6 +968,11 @@ impl RdmaChannel {
             if self.health != Health::Open {
                 return n;
             }
+        }
+        if k > 0 && !self.ready {
+            // Only a connected peer can have sent (or acked) anything: its
+            // RDY may still be on the way, but it is ready.
+            self.ready = true;
         }
         if k > 0 {
             // No clock read here: it can cost microseconds (emulated
@@ -1059,10 +1137,14 @@ impl Engine {
     /// false when something happened meanwhile and the caller must not
     /// block.
     pub(crate) fn rdma_arm(&mut self) -> bool {
+        if let Some(r) = &self.rdma {
+            // Handshake datagrams wake a blocked rank too.
+            let _ = r.ud_cq.req_notify(false);
+        }
         for i in 0..self.rdma_peers.len() {
             let p = self.rdma_peers[i];
             if let Some(Channel::Rdma(c)) = self.peers.get_mut(p).map(|x| &mut x.chan) {
-                if c.health == Health::Open {
+                if c.health == Health::Open && c.is_connected() {
                     c.arm();
                 }
             }
@@ -1073,10 +1155,8 @@ impl Engine {
     /// After a blocking wait that included the completion channel: consumes
     /// the completion events (the CQs are polled by the next progress pass).
     pub(crate) fn rdma_after_wait(&mut self) {
-        if let Some(&p) = self.rdma_peers.first() {
-            if let Some(Channel::Rdma(c)) = self.peers.chan(p) {
-                let _ = c.ctx().comp.take_events();
-            }
+        if let Some(r) = &self.rdma {
+            let _ = r.ctx.comp.take_events();
         }
     }
 
@@ -1092,13 +1172,18 @@ impl Engine {
     /// Bytes registered with the device for the rdma channels' own buffers
     /// (receive pools and send rings).
     pub(crate) fn rdma_registered_bytes(&self) -> u64 {
-        self.rdma_peers
+        let ud = self
+            .rdma
+            .as_ref()
+            .map_or(0, |r| r.ud.registered_bytes() as u64);
+        ud + self
+            .rdma_peers
             .iter()
             .map(|&p| match self.peers.chan(p) {
                 Some(Channel::Rdma(c)) => c.registered_bytes(),
                 _ => 0,
             })
-            .sum()
+            .sum::<u64>()
     }
 }
 
