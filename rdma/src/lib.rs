@@ -12,6 +12,8 @@
 //! * [`eager`]: receive slot pools and credit accounting.
 //! * [`cache`] + [`mem`]: the registration cache and the release
 //!   notifications that keep it from ever serving a stale registration.
+//! * [`rmcast`]: reliable multicast as a state machine without I/O
+//!   (fragments, window, nacks, ack tree, loss injection).
 //! * [`error`]: the crate's one error type.
 //!
 //! Posting work requests is `unsafe` (the device accesses memory after the
@@ -26,6 +28,7 @@ pub mod eager;
 pub mod endpoint;
 pub mod error;
 pub mod mem;
+pub mod rmcast;
 mod sys;
 pub mod verbs;
 
