@@ -9,6 +9,8 @@
 //!   [`QueuePair`] (RC and UD), [`AddressHandle`]. Parents are held by `Arc`
 //!   so they outlive their children.
 //! * [`endpoint`]: [`RcEndpoint`] and its exchangeable [`QpInfo`].
+//! * [`ud`]: [`UdEndpoint`], the process's datagram QP (address handles
+//!   cached per peer, datagrams up to the path MTU) and its [`UdAddr`].
 //! * [`eager`]: receive slot pools and credit accounting.
 //! * [`cache`] + [`mem`]: the registration cache and the release
 //!   notifications that keep it from ever serving a stale registration.
@@ -30,6 +32,7 @@ pub mod error;
 pub mod mem;
 pub mod rmcast;
 mod sys;
+pub mod ud;
 pub mod verbs;
 
 pub use cache::{CacheStats, RegCache, RegCacheConfig};
@@ -41,6 +44,7 @@ pub use eager::{Credits, RecvPool};
 pub use endpoint::{QpInfo, RcConfig, RcEndpoint};
 pub use error::{Ctx, Error, Result};
 pub use mem::TrackingAlloc;
+pub use ud::{Datagram, UdAddr, UdConfig, UdEndpoint, UdStats};
 pub use verbs::{
     status_str, Access, AddressHandle, AhAttr, CompletionChannel, CompletionQueue, Grh,
     MemoryRegion, ProtectionDomain, QpCaps, QpType, QueuePair, RcConnectAttr, RegisteredBuffer,

@@ -305,6 +305,15 @@ impl WorkCompletion {
     pub fn src_qp(&self) -> u32 {
         self.0.src_qp
     }
+    /// Source LID (UD receives on IB; 0 on RoCE).
+    pub fn slid(&self) -> u16 {
+        self.0.slid
+    }
+    /// True when the first 40 bytes of a UD receive hold a valid GRH
+    /// (`IBV_WC_GRH`; always on RoCE).
+    pub fn has_grh(&self) -> bool {
+        self.0.wc_flags & ibv_wc_flags::IBV_WC_GRH.0 != 0
+    }
     /// Vendor syndrome.
     pub fn vendor_err(&self) -> u32 {
         self.0.vendor_err

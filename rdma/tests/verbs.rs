@@ -643,3 +643,96 @@ fn ud_send_recv() {
     );
     assert_eq!(&rbuf.as_slice()[40..], &pattern(5, 256)[..]);
 }
+
+/// Poll `ep` until `n` datagrams arrived (or the deadline passes); returns
+/// (source, payload, imm) of each.
+fn ud_collect(ep: &mut UdEndpoint, n: usize) -> Vec<(UdAddr, Vec<u8>, Option<u32>)> {
+    let mut got = Vec::new();
+    let t = Instant::now();
+    while got.len() < n && t.elapsed() < WAIT {
+        ep.poll(|d| got.push((d.src(), d.data.to_vec(), d.imm)))
+            .unwrap();
+    }
+    got
+}
+
+#[test]
+fn ud_endpoint_datagrams_and_replies() {
+    let Some(names) = device_names("ud_endpoint_datagrams_and_replies") else {
+        return;
+    };
+    let (na, nb) = (&names[0], names.get(1).unwrap_or(&names[0]));
+    let mk = |n: &str, cfg: UdConfig| {
+        let port = DeviceSelection {
+            device: Some(n.into()),
+            ..Default::default()
+        }
+        .select()
+        .unwrap();
+        let pd = ProtectionDomain::new(&port.context).unwrap();
+        UdEndpoint::new(&port, &pd, None, cfg).unwrap()
+    };
+    let small = UdConfig {
+        send_bufs: 2,
+        ..UdConfig::default()
+    };
+    let mut a = mk(na, small);
+    let mut b = mk(nb, UdConfig::default());
+    // Addresses travel as bytes, as through a bootstrap card.
+    let addr_b = UdAddr::from_bytes(&b.local_addr().to_bytes()).unwrap();
+    let max = a.max_payload().min(b.max_payload());
+    eprintln!("ud: {} -> {} max payload {max}", a.local_addr(), addr_b);
+    assert!(a.send(&addr_b, &pattern(1, 100)).unwrap());
+    assert!(a.send_imm(&addr_b, &pattern(2, max), Some(77)).unwrap());
+    // Both slots in flight, none reclaimed yet: refused, not blocked.
+    assert!(!a.send(&addr_b, b"x").unwrap());
+    let too_big = a.send(&addr_b, &vec![0; a.max_payload() + 1]).unwrap_err();
+    assert!(too_big.to_string().contains("MTU"), "{too_big}");
+    let got = ud_collect(&mut b, 2);
+    assert_eq!(got.len(), 2, "datagrams lost on a quiet link");
+    let mut got = got;
+    got.sort_by_key(|g| g.1.len());
+    assert_eq!(got[0].1, pattern(1, 100));
+    assert_eq!((got[1].1.clone(), got[1].2), (pattern(2, max), Some(77)));
+    // The source decoded from the GRH area is a usable reply address.
+    assert_eq!(got[0].0, a.local_addr());
+    // Reclaim a's send slots, then reply to the decoded source.
+    let t = Instant::now();
+    while a.send_slots_free() < 2 && t.elapsed() < WAIT {
+        a.poll(|_| panic!("a received before b replied")).unwrap();
+    }
+    assert_eq!(a.send_slots_free(), 2);
+    assert!(b.send(&got[0].0, b"reply").unwrap());
+    let back = ud_collect(&mut a, 1);
+    assert_eq!(back.len(), 1);
+    assert_eq!((back[0].0, back[0].1.as_slice()), (addr_b, &b"reply"[..]));
+    assert_eq!(b.stats().address_handles, 1);
+    assert!(a.registered_bytes() >= 2 * a.max_payload() + 64 * (40 + a.max_payload()));
+
+    // Injected loss: one in two datagrams vanishes, the rest arrive.
+    let mut lossy = mk(
+        na,
+        UdConfig {
+            drop_one_in: 2,
+            ..UdConfig::default()
+        },
+    );
+    for i in 0..4u8 {
+        assert!(lossy.send(&addr_b, &[i]).unwrap());
+    }
+    let mut got = ud_collect(&mut b, 2);
+    got.sort_by_key(|g| g.1.clone());
+    assert_eq!(
+        got.iter().map(|g| g.1[0]).collect::<Vec<_>>(),
+        vec![0, 2],
+        "the 2nd and 4th datagrams are the dropped ones"
+    );
+    assert_eq!(lossy.stats().dropped, 2);
+    // Nothing more arrives.
+    let t = Instant::now();
+    let mut extra = 0;
+    while t.elapsed() < Duration::from_millis(300) {
+        b.poll(|_| extra += 1).unwrap();
+    }
+    assert_eq!(extra, 0);
+}
