@@ -14,7 +14,11 @@ pub struct DropFilter {
 impl DropFilter {
     /// Drop `rate` (0.0 ..= 1.0) of the packets; `seed` picks the sequence.
     pub fn new(rate: f64, seed: u64) -> DropFilter {
-        let r = if rate.is_finite() { rate.clamp(0.0, 1.0) } else { 0.0 };
+        let r = if rate.is_finite() {
+            rate.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
         DropFilter {
             threshold: (r * (1u64 << 53) as f64) as u64,
             // Never zero (xorshift's fixed point).

@@ -433,7 +433,13 @@ impl Member {
     /// every broadcast, in the same order, with the same root and length).
     /// The root passes `Data::Source`, the others `Data::Sink` of `len`
     /// bytes. Returns the broadcast's number.
-    pub fn begin(&mut self, now: Instant, root: u32, len: usize, data: &mut Data<'_>) -> Result<u32, Error> {
+    pub fn begin(
+        &mut self,
+        now: Instant,
+        root: u32,
+        len: usize,
+        data: &mut Data<'_>,
+    ) -> Result<u32, Error> {
         self.check_failed()?;
         if let Some(c) = self.cur {
             return Err(self.usage(format!("begin while broadcast {c} is still in progress")));
@@ -445,7 +451,10 @@ impl Member {
             )));
         }
         if root >= self.cfg.members {
-            return Err(self.usage(format!("root {root} outside the group of {}", self.cfg.members)));
+            return Err(self.usage(format!(
+                "root {root} outside the group of {}",
+                self.cfg.members
+            )));
         }
         let nfrags = self.cfg.nfrags(len);
         if nfrags > u32::MAX as u64 / 2 {
@@ -470,7 +479,11 @@ impl Member {
             root,
             len: len as u64,
             nfrags,
-            have: if root == me { Vec::new() } else { vec![0; (nfrags as usize).div_ceil(64)] },
+            have: if root == me {
+                Vec::new()
+            } else {
+                vec![0; (nfrags as usize).div_ceil(64)]
+            },
             prefix: 0,
             highest: 0,
             last_data: now,
@@ -523,7 +536,12 @@ impl Member {
 
     /// A packet from the multicast group (after loss injection). `data` is
     /// the buffer of the broadcast in progress, if any.
-    pub fn handle_datagram(&mut self, now: Instant, pkt: &[u8], data: &mut Data<'_>) -> Result<(), Error> {
+    pub fn handle_datagram(
+        &mut self,
+        now: Instant,
+        pkt: &[u8],
+        data: &mut Data<'_>,
+    ) -> Result<(), Error> {
         self.check_failed()?;
         let Some((h, payload)) = DataHdr::parse(pkt) else {
             self.stats.foreign += 1;
@@ -572,7 +590,14 @@ impl Member {
     }
 
     /// Store one fragment of the broadcast in progress.
-    fn accept(&mut self, now: Instant, idx: usize, h: &DataHdr, payload: &[u8], sink: &mut [u8]) -> Result<(), Error> {
+    fn accept(
+        &mut self,
+        now: Instant,
+        idx: usize,
+        h: &DataHdr,
+        payload: &[u8],
+        sink: &mut [u8],
+    ) -> Result<(), Error> {
         let p = self.cfg.payload();
         let o = &mut self.open[idx];
         if h.root != o.root || h.len != o.len || h.nfrags != o.nfrags {
@@ -688,12 +713,19 @@ impl Member {
             return Err(self.fail(self.usage(what)));
         };
         if a.upto > o.nfrags {
-            let what = format!("ack of {} fragments of {} from member {}", a.upto, o.nfrags, a.from);
+            let what = format!(
+                "ack of {} fragments of {} from member {}",
+                a.upto, o.nfrags, a.from
+            );
             return Err(self.fail(self.usage(what)));
         }
         if a.upto > k.acked {
             k.acked = a.upto;
-            k.laggard = if a.upto == o.nfrags { a.from } else { a.laggard };
+            k.laggard = if a.upto == o.nfrags {
+                a.from
+            } else {
+                a.laggard
+            };
         }
         Ok(())
     }
@@ -704,7 +736,10 @@ impl Member {
         let c = match Control::decode(pkt) {
             Some(c) => c,
             None => {
-                let e = self.usage(format!("malformed control message ({} bytes) from member {from}", pkt.len()));
+                let e = self.usage(format!(
+                    "malformed control message ({} bytes) from member {from}",
+                    pkt.len()
+                ));
                 return Err(self.fail(e));
             }
         };
@@ -723,7 +758,11 @@ impl Member {
             Control::Ack(a) => {
                 if ahead {
                     // A child got everything before this member began.
-                    if let Some(e) = self.early_acks.iter_mut().find(|e| e.bcast == a.bcast && e.from == a.from) {
+                    if let Some(e) = self
+                        .early_acks
+                        .iter_mut()
+                        .find(|e| e.bcast == a.bcast && e.from == a.from)
+                    {
                         if a.upto > e.upto {
                             *e = a;
                         }
@@ -761,7 +800,9 @@ impl Member {
                     for f in lo..hi {
                         if let Some(s) = self.slot(bcast, f) {
                             let slot = &mut self.ring[s];
-                            if now.saturating_duration_since(slot.last_sent) >= self.cfg.retx_holdoff {
+                            if now.saturating_duration_since(slot.last_sent)
+                                >= self.cfg.retx_holdoff
+                            {
                                 slot.last_sent = now;
                                 self.retx.push_back((bcast, f));
                             }
@@ -777,13 +818,19 @@ impl Member {
     fn slot(&self, b: u32, f: u32) -> Option<usize> {
         let base = self.ring.front()?.bcast;
         let key = |bb: u32, ff: u32| (bb.wrapping_sub(base), ff);
-        self.ring.binary_search_by(|s| key(s.bcast, s.frag).cmp(&key(b, f))).ok()
+        self.ring
+            .binary_search_by(|s| key(s.bcast, s.frag).cmp(&key(b, f)))
+            .ok()
     }
 
     /// The next packet to send, if any: control first, then repairs, then
     /// new fragments of this member's broadcast while its window has room.
     /// The root passes its `Data::Source` while its broadcast is current.
-    pub fn poll_transmit(&mut self, now: Instant, data: &Data<'_>) -> Result<Option<Transmit<'_>>, Error> {
+    pub fn poll_transmit(
+        &mut self,
+        now: Instant,
+        data: &Data<'_>,
+    ) -> Result<Option<Transmit<'_>>, Error> {
         self.check_failed()?;
         if let Some((to, c)) = self.ctrl.pop_front() {
             c.encode(&mut self.scratch);
@@ -807,12 +854,18 @@ impl Member {
             return Ok(None);
         }
         let Data::Source(src) = data else {
-            return Err(self.usage(format!("broadcast {id} is this member's, but no data was given")));
+            return Err(self.usage(format!(
+                "broadcast {id} is this member's, but no data was given"
+            )));
         };
         let p = self.cfg.payload();
         let o = &mut self.open[idx];
         if src.len() as u64 != o.len {
-            let what = format!("broadcast {id} of {} bytes given {} bytes", o.len, src.len());
+            let what = format!(
+                "broadcast {id} of {} bytes given {} bytes",
+                o.len,
+                src.len()
+            );
             return Err(self.usage(what));
         }
         let f = o.next_send;

@@ -282,8 +282,14 @@ impl Net {
         let before = p.m.stats().received;
         let r = match it.ev {
             Ev::Data(pkt) => {
-                let is_root = p.cur.is_some_and(|k| self.groups[p.g].script[k].0 == p.m.config().me);
-                let mut d = if p.cur.is_some() { data(&mut p.buf, is_root) } else { Data::None };
+                let is_root = p
+                    .cur
+                    .is_some_and(|k| self.groups[p.g].script[k].0 == p.m.config().me);
+                let mut d = if p.cur.is_some() {
+                    data(&mut p.buf, is_root)
+                } else {
+                    Data::None
+                };
                 p.m.handle_datagram(now, &pkt, &mut d)
             }
             Ev::Ctrl { from, pkt } => p.m.handle_control(now, from, &pkt),
@@ -306,7 +312,10 @@ impl Net {
         self.nodes.iter().all(|n| {
             n.dead
                 || n.parts.iter().all(|p| {
-                    p.err.is_some() || (p.next == self.groups[p.g].script.len() && p.cur.is_none() && p.m.is_idle())
+                    p.err.is_some()
+                        || (p.next == self.groups[p.g].script.len()
+                            && p.cur.is_none()
+                            && p.m.is_idle())
                 })
         })
     }
@@ -330,7 +339,11 @@ impl Net {
                 }
             }
             let Some(t) = next else {
-                panic!("stalled at {:?} with nothing to do: {}", self.now, self.report());
+                panic!(
+                    "stalled at {:?} with nothing to do: {}",
+                    self.now,
+                    self.report()
+                );
             };
             assert!(t < limit, "no end by {limit:?}: {}", self.report());
             self.now = self.now.max(t);
@@ -400,7 +413,11 @@ impl Net {
     }
 
     fn total(&self, f: impl Fn(&Stats) -> u64) -> u64 {
-        self.nodes.iter().flat_map(|n| &n.parts).map(|p| f(p.m.stats())).sum()
+        self.nodes
+            .iter()
+            .flat_map(|n| &n.parts)
+            .map(|p| f(p.m.stats()))
+            .sum()
     }
 }
 
@@ -414,7 +431,11 @@ fn data(buf: &mut [u8], root: bool) -> Data<'_> {
 
 fn sizes_script(n: u32) -> Vec<(u32, usize)> {
     let sizes = [0, 1, P - 1, P, P + 1, 7 * P + 5, 1 << 20, 16 << 20];
-    let mut s: Vec<(u32, usize)> = sizes.iter().enumerate().map(|(k, &l)| (k as u32 % n, l)).collect();
+    let mut s: Vec<(u32, usize)> = sizes
+        .iter()
+        .enumerate()
+        .map(|(k, &l)| (k as u32 % n, l))
+        .collect();
     // Many small ones back to back with rotating roots: the next root
     // starts while others still finish, packets arrive before begin.
     s.extend((0..40).map(|k| ((k * 3 + 1) % n, (k as usize * 37) % (3 * P))));
@@ -480,12 +501,16 @@ fn two_communicators_at_once() {
     let n = 5;
     let a = Group {
         tag: 0xA,
-        script: (0..30).map(|k| (k % 5, (k as usize * 911) % (5 * P) + 1)).collect(),
+        script: (0..30)
+            .map(|k| (k % 5, (k as usize * 911) % (5 * P) + 1))
+            .collect(),
         nodes: (0..n).collect(),
     };
     let b = Group {
         tag: 0xB,
-        script: (0..30).map(|k| ((k + 2) % 4, (k as usize * 577) % (9 * P))).collect(),
+        script: (0..30)
+            .map(|k| ((k + 2) % 4, (k as usize * 577) % (9 * P)))
+            .collect(),
         nodes: vec![4, 2, 0, 3],
     };
     let mut net = Net::new(vec![a, b], n, 0.05, |_| {});
@@ -507,8 +532,10 @@ fn two_communicators_at_once() {
     let mut buf = [0u8; 4];
     let t = Instant::now();
     m.begin(t, 0, 4, &mut Data::Sink(&mut buf)).unwrap();
-    m.handle_datagram(t, &pkt, &mut Data::Sink(&mut buf)).unwrap();
-    m.handle_datagram(t, b"garbage", &mut Data::Sink(&mut buf)).unwrap();
+    m.handle_datagram(t, &pkt, &mut Data::Sink(&mut buf))
+        .unwrap();
+    m.handle_datagram(t, b"garbage", &mut Data::Sink(&mut buf))
+        .unwrap();
     assert_eq!(m.stats().foreign, 2);
     assert_eq!(m.current(), Some(0));
 }
@@ -517,7 +544,9 @@ fn two_communicators_at_once() {
 fn many_members_small_window() {
     // 33 members: a deep ack tree; window 8, step 2.
     let n = 33;
-    let script = (0..12).map(|k| ((k * 7) % n as u32, (k as usize * 4099) % (40 * P))).collect();
+    let script = (0..12)
+        .map(|k| ((k * 7) % n as u32, (k as usize * 4099) % (40 * P)))
+        .collect();
     let mut net = Net::new(one_group(n, script), n, 0.03, |c| {
         c.window = 8;
         c.ack_step = 2;
@@ -540,7 +569,11 @@ fn check_bound(net: &Net, killed_at: Duration) {
     let bound = Duration::from_millis(50) + Duration::from_millis(1);
     for (ni, t, e) in net.errors() {
         assert!(matches!(e, Error::PeerLost { .. }), "node {ni}: {e}");
-        assert!(t - killed_at <= bound, "node {ni} failed {:?} after the death: {e}", t - killed_at);
+        assert!(
+            t - killed_at <= bound,
+            "node {ni} failed {:?} after the death: {e}",
+            t - killed_at
+        );
     }
 }
 
@@ -549,7 +582,10 @@ fn receiver_dies_mid_broadcast() {
     let (net, at) = kill_run(6, vec![(0, 1 << 20), (1, 1000)], 3, 200);
     check_bound(&net, at);
     let errs = net.errors();
-    let root = errs.iter().find(|(ni, _, _)| *ni == 0).expect("the root fails");
+    let root = errs
+        .iter()
+        .find(|(ni, _, _)| *ni == 0)
+        .expect("the root fails");
     match &root.2 {
         Error::PeerLost { peer, .. } => assert_eq!(*peer, 3, "{}", root.2),
         e => panic!("{e}"),
@@ -564,20 +600,31 @@ fn inner_member_dies_between_broadcasts() {
     let p = (P * 3) as u64;
     let (net, at) = kill_run(8, vec![(0, P * 3), (0, 64 * P)], 2, p.div_ceil(P as u64));
     check_bound(&net, at);
-    let root = net.errors().into_iter().find(|(ni, _, _)| *ni == 0).expect("the root fails");
-    assert!(matches!(root.2, Error::PeerLost { peer: 2, .. }), "{}", root.2);
+    let root = net
+        .errors()
+        .into_iter()
+        .find(|(ni, _, _)| *ni == 0)
+        .expect("the root fails");
+    assert!(
+        matches!(root.2, Error::PeerLost { peer: 2, .. }),
+        "{}",
+        root.2
+    );
 }
 
 #[test]
 fn root_dies_receivers_fail_in_bound() {
     let mut net = Net::new(one_group(4, vec![(1, 1 << 20)]), 4, 0.0, |_| {});
     net.kill = Some((1, 0)); // at its first delivery (an ack)
-    // Let the root send a little first: kill on the first control message.
+                             // Let the root send a little first: kill on the first control message.
     net.run();
     let at = net.killed_at.expect("killed");
     check_bound(&net, at);
     for (ni, _, e) in net.errors() {
-        assert!(matches!(e, Error::PeerLost { peer: 1, .. }), "node {ni}: {e}");
+        assert!(
+            matches!(e, Error::PeerLost { peer: 1, .. }),
+            "node {ni}: {e}"
+        );
     }
     assert_eq!(net.errors().len(), 3);
 }
@@ -598,7 +645,9 @@ fn mismatch_and_usage_errors() {
         len: 5,
     }
     .write(&mut pkt);
-    let e = m.handle_datagram(t, &pkt, &mut Data::Sink(&mut buf)).unwrap_err();
+    let e = m
+        .handle_datagram(t, &pkt, &mut Data::Sink(&mut buf))
+        .unwrap_err();
     assert!(matches!(e, Error::Mismatch { .. }), "{e}");
     assert!(e.to_string().contains("10 bytes"), "{e}");
     // Sticky.
@@ -630,7 +679,11 @@ fn binomial_ack_tree() {
                 }
             }
             for me in 0..n {
-                assert_eq!(seen[me as usize], u32::from(me != root), "n {n} root {root} me {me}");
+                assert_eq!(
+                    seen[me as usize],
+                    u32::from(me != root),
+                    "n {n} root {root} me {me}"
+                );
             }
         }
     }
