@@ -330,8 +330,13 @@ impl Leader {
         self.member
             .begin(Instant::now(), root, len, &mut d)
             .map_err(|e| self.fail(e))?;
+        let mut idle = 0u32;
         loop {
             let now = Instant::now();
+            let before = (
+                self.member.stats().received,
+                self.member.stats().nacks_received,
+            );
             // Acks and nacks (this also runs the engine's progress).
             while let Some(s) = self.comm.iprobe(ANY_SOURCE, TAG_CTRL)? {
                 if s.len > self.ctrl.len() {
@@ -400,6 +405,22 @@ impl Leader {
             }
             if self.member.current().is_none() && self.member.is_idle() {
                 return Ok(());
+            }
+            // Nothing arrived: after a while let other processes of the
+            // node run (the leader spins on a CQ that is not in the
+            // engine's poll set).
+            if before
+                == (
+                    self.member.stats().received,
+                    self.member.stats().nacks_received,
+                )
+            {
+                idle = idle.saturating_add(1);
+                if idle > 128 {
+                    std::thread::yield_now();
+                }
+            } else {
+                idle = 0;
             }
         }
     }
