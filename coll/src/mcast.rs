@@ -54,7 +54,8 @@ pub(crate) struct Active {
 struct Leader {
     comm: Comm,
     member: Member,
-    /// Declared after `member`; dropped last of the three: leaves the group.
+    /// Dropped with the communicator's state: detaches, destroys its QP,
+    /// leaves the IP group (`McastGroup`'s drop).
     group: McastGroup,
     drop: DropFilter,
     pending: Vec<Vec<u8>>,
@@ -100,7 +101,6 @@ impl Comm {
     }
 
     fn mcast_setup(&self, nodes: &[usize]) -> Result<State> {
-        let n = self.size();
         let mut lowest: Vec<Option<usize>> = Vec::new();
         for (r, &nd) in nodes.iter().enumerate() {
             if lowest.len() <= nd {
@@ -149,7 +149,6 @@ impl Comm {
         if decision[0] == 0 {
             return Ok(State::Off);
         }
-        let _ = n;
         Ok(State::On(Box::new(Active {
             node,
             lead,
