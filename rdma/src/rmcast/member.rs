@@ -265,6 +265,10 @@ struct Open {
     highest: u32,
     last_data: Instant,
     last_nack: Option<Instant>,
+    /// Quiet-time nacks since the last new fragment: each doubles the next
+    /// wait (up to 64 x `nack_delay`), so a root stalled on acks is not
+    /// flooded with nacks of fragments it has not sent yet.
+    nack_backoff: u32,
     // Source side (the root): the ring holds [held_from, next_send).
     next_send: u32,
     held_from: u32,
@@ -488,6 +492,7 @@ impl Member {
             highest: 0,
             last_data: now,
             last_nack: None,
+            nack_backoff: 0,
             next_send: 0,
             held_from: 0,
             parent,
@@ -625,6 +630,7 @@ impl Member {
         sink[off..off + payload.len()].copy_from_slice(payload);
         self.stats.received += 1;
         o.last_data = now;
+        o.nack_backoff = 0;
         if f > o.highest {
             // A gap nobody has nacked yet (the highest only grows): ask now.
             let gap = Nack {
@@ -910,7 +916,8 @@ impl Member {
         for o in &self.open {
             if !o.local_done(me) && !o.is_root(me) {
                 at(o.last_data + self.cfg.peer_timeout);
-                at(o.last_data.max(o.last_nack.unwrap_or(o.last_data)) + self.cfg.nack_delay);
+                at(o.last_data.max(o.last_nack.unwrap_or(o.last_data))
+                    + self.cfg.nack_delay * (1 << o.nack_backoff.min(6)));
             } else if o.sub < o.nfrags {
                 at(o.progress_at + self.cfg.peer_timeout);
             }
@@ -940,7 +947,10 @@ impl Member {
                     return Err(e);
                 }
                 let since = o.last_nack.map_or(o.last_data, |n| n.max(o.last_data));
-                if now.saturating_duration_since(since) >= cfg.nack_delay {
+                if now.saturating_duration_since(since)
+                    >= cfg.nack_delay * (1 << o.nack_backoff.min(6))
+                {
+                    o.nack_backoff += 1;
                     let mut ranges = Vec::new();
                     let mut f = o.prefix;
                     while f < o.highest && ranges.len() < NACK_MAX_RANGES - 1 {
