@@ -961,6 +961,14 @@ impl Comm {
         if let Some(x) = self.eng.borrow().poison_err(op) {
             return Err(x);
         }
+        if call.spec.coll == Collective::Bcast && choice.algorithm == "mcast" {
+            // SAFETY: `call` borrows the buffer for this blocking call.
+            let buf = unsafe { std::slice::from_raw_parts_mut(call.recv, call.recv_len) };
+            if self.bcast_mcast(buf, call.spec.root, nodes)? {
+                return Ok(());
+            }
+            // Off for this communicator: its schedule is the node-aware tree.
+        }
         let mut r = self.build(call, choice, nodes)?;
         let mut e = self.eng.borrow_mut();
         let res = run::run_blocking(&mut e, &mut r);

@@ -44,6 +44,9 @@ pub struct Comm {
     /// What the collectives learned about the group on first use (see
     /// `collectives.rs`).
     pub(crate) coll: std::cell::OnceCell<crate::collectives::CollInfo>,
+    /// Multicast broadcast state, set up on first use (`mcast.rs`); holds
+    /// the group membership, left when the communicator is dropped.
+    pub(crate) mcast: std::cell::RefCell<Option<crate::mcast::State>>,
 }
 
 impl std::fmt::Debug for Comm {
@@ -66,6 +69,7 @@ impl Comm {
             rank,
             group: (0..size).collect::<Vec<_>>().into(),
             coll: Default::default(),
+            mcast: Default::default(),
         }
     }
 
@@ -498,6 +502,7 @@ impl Comm {
             rank,
             group,
             coll: Default::default(),
+            mcast: Default::default(),
         }))
     }
 
@@ -514,6 +519,7 @@ impl Comm {
             rank: 0,
             group: Rc::from([me]),
             coll: Default::default(),
+            mcast: Default::default(),
         }
     }
 

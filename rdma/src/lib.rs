@@ -14,6 +14,10 @@
 //! * [`eager`]: receive slot pools and credit accounting.
 //! * [`cache`] + [`mem`]: the registration cache and the release
 //!   notifications that keep it from ever serving a stale registration.
+//! * [`mcast`]: multicast groups (MGID per job and communicator, attach,
+//!   the IP join RoCE needs, RAII leave).
+//! * [`rmcast`]: reliable multicast as a state machine without I/O
+//!   (fragments, window, nacks, ack tree, loss injection).
 //! * [`error`]: the crate's one error type.
 //!
 //! Posting work requests is `unsafe` (the device accesses memory after the
@@ -27,7 +31,9 @@ pub mod device;
 pub mod eager;
 pub mod endpoint;
 pub mod error;
+pub mod mcast;
 pub mod mem;
+pub mod rmcast;
 mod sys;
 pub mod ud;
 pub mod verbs;
@@ -40,6 +46,7 @@ pub use device::{
 pub use eager::{Credits, RecvPool};
 pub use endpoint::{QpInfo, RcConfig, RcEndpoint};
 pub use error::{Ctx, Error, Result};
+pub use mcast::{group_gid, McastGroup};
 pub use mem::TrackingAlloc;
 pub use ud::{Datagram, UdAddr, UdConfig, UdEndpoint, UdStats};
 pub use verbs::{

@@ -264,6 +264,10 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
                 alg("scatter_allgather", bcast::scatter_allgather::build),
                 alg("chain", bcast::chain::build),
                 alg("node_aware", bcast::node_aware::build),
+                // Blocking calls multicast among node leaders
+                // (`crate::mcast`); the schedule is the fallback (and the
+                // nonblocking form): the node-aware tree.
+                alg("mcast", bcast::node_aware::build),
                 SHM_ALG,
             ];
             L

@@ -357,5 +357,6 @@ fn matchup(
     Ok(())
 }
 
+pub mod mcast;
 #[cfg(test)]
 mod tests;

@@ -850,3 +850,74 @@ fn model_tables_at_scale() {
         }
     }
 }
+
+/// The multicast broadcast's model (`sim/mcast.rs`) against the simulated
+/// node-aware tree, one rank per node (the leaders' phase alone), at 8, 64
+/// and 1,024 nodes, for the cluster model and for the parameters measured
+/// in the Soft-RoCE VM (docs/PERFORMANCE.md):
+/// `cargo test --release -p ibcoll --lib mcast_model_table -- --nocapture`.
+#[test]
+fn mcast_model_table() {
+    use super::mcast::{leaders_time, McastParams};
+    // Fitted to the VM run of docs/PERFORMANCE.md (4 nodes, loaded host):
+    // binomial 8 B over 2 hops ~3 ms, 512 KiB ~0.54 s; multicast 1 MiB
+    // (1,057 datagrams) ~5.4 s, i.e. ~5 ms per datagram through rxe.
+    let vm = Model {
+        inter_alpha: 1.5e-3,
+        inter_beta: 1.0 / 2e6,
+        ..Model::cluster()
+    };
+    let vm_p = McastParams {
+        mtu: 1024,
+        per_packet: 4e-3,
+        nack_delay: 200e-6,
+        ..McastParams::default()
+    };
+    println!("| model | nodes | bytes | tree (us) | mcast (us) | mcast/tree |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    let mut wins = Vec::new();
+    for (name, m, p) in [
+        ("cluster", Model::cluster(), McastParams::default()),
+        ("VM", vm, vm_p),
+    ] {
+        for k in [8, 64, 1024] {
+            for bytes in [8, 1024, 65536, 1 << 20] {
+                let count = bytes;
+                let nodes: Vec<usize> = (0..k).collect();
+                let a = crate::algorithms::find(Collective::Bcast, "node_aware").unwrap();
+                let build = a.schedule().unwrap();
+                let mut ranks: Vec<SimRank> = (0..k)
+                    .map(|r| SimRank {
+                        sched: build(&Args {
+                            rank: r,
+                            size: k,
+                            esize: 1,
+                            count,
+                            nodes: nodes.clone(),
+                            seg: 65536,
+                            window: 8,
+                            canonical: true,
+                            ..Args::default()
+                        }),
+                        node: r,
+                        ..SimRank::default()
+                    })
+                    .collect();
+                let tree = simulate_model(&mut ranks, m).unwrap().time;
+                let mc = leaders_time(&m, &p, k, bytes);
+                println!(
+                    "| {name} | {k} | {bytes} | {:.1} | {:.1} | {:.2} |",
+                    tree * 1e6,
+                    mc * 1e6,
+                    mc / tree
+                );
+                wins.push((name, k, bytes, mc < tree));
+            }
+        }
+    }
+    // The model's shape: the tree wins for small messages on few nodes
+    // (the ack tree costs its depth again), multicast for large ones on
+    // many nodes (one injection instead of log2 k or a pipeline).
+    assert!(wins.contains(&("cluster", 8, 8, false)));
+    assert!(wins.contains(&("cluster", 1024, 1 << 20, true)));
+}
