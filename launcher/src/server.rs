@@ -232,6 +232,14 @@ impl PmiServer {
         actions
     }
 
+    /// Whether every rank is in the barrier or has finalized. A rank that
+    /// finalized never enters another one: ibcoll skips its closing fence
+    /// after a failed call (its peers may be gone), and the ranks still
+    /// fencing must not wait for it.
+    fn barrier_complete(&self) -> bool {
+        self.waiting + self.finalized.len() >= self.cfg.size
+    }
+
     /// Sends `reply` to every connection still in the barrier and empties it.
     fn release_barrier(&mut self, reply: &str) -> Vec<Action> {
         let mut actions = Vec::with_capacity(self.waiting);
@@ -472,7 +480,7 @@ impl PmiServer {
                 c.in_barrier = true;
                 self.barrier.push(id);
                 self.waiting += 1;
-                if self.waiting < self.cfg.size {
+                if !self.barrier_complete() {
                     return Ok(Vec::new());
                 }
                 let out = Command::new("barrier_out").arg("rc", 0).to_line();
@@ -503,6 +511,10 @@ impl PmiServer {
                         if let Some(r) = c.rank {
                             self.finalized.insert(r);
                             actions.push(Action::Finalized(r));
+                        }
+                        if self.waiting > 0 && self.barrier_complete() {
+                            let out = Command::new("barrier_out").arg("rc", 0).to_line();
+                            actions.extend(self.release_barrier(&out));
                         }
                     }
                 }
@@ -701,6 +713,25 @@ mod tests {
             assert!(s.handle_line(r, b"cmd=barrier_in").is_empty());
         }
         assert_eq!(s.handle_line(2, b"cmd=barrier_in").len(), 3);
+    }
+
+    #[test]
+    fn a_finalized_rank_does_not_hold_the_barrier() {
+        // Rank 2 finalizes without the closing fence (a failed call): the
+        // others' fence ends when it finalizes, before or after they enter.
+        let mut s = server(3);
+        assert!(s.handle_line(0, b"cmd=barrier_in").is_empty());
+        let a = s.handle_line(2, b"cmd=finalize");
+        assert_eq!(a.len(), 2, "only the finalize_ack and Finalized: {a:?}");
+        let a = s.handle_line(1, b"cmd=barrier_in");
+        assert_eq!(a.len(), 2);
+        assert!(a.iter().all(|x| format!("{x:?}").contains("rc=0")), "{a:?}");
+        let mut s = server(3);
+        assert!(s.handle_line(0, b"cmd=barrier_in").is_empty());
+        assert!(s.handle_line(1, b"cmd=barrier_in").is_empty());
+        let a = s.handle_line(2, b"cmd=finalize");
+        assert_eq!(a.len(), 4, "ack, Finalized and two barrier_outs: {a:?}");
+        assert_eq!(s.barrier_waiting(), 0);
     }
 
     #[test]

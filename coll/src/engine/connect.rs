@@ -79,6 +79,20 @@ impl Net {
         Ok(port)
     }
 
+    /// Closes the listener and the accepted sockets whose hello has not
+    /// been answered, before a finalize's fence (which makes no progress):
+    /// a peer dialing this rank then sees the connection reset or refused
+    /// and fails within its connect bound, instead of waiting for an answer
+    /// that would never come while this rank waits for it in the fence.
+    pub fn refuse_new(&mut self) {
+        if let Some(l) = self.listener.take() {
+            self.unwatch(l.as_raw_fd());
+        }
+        for inc in std::mem::take(&mut self.incoming) {
+            self.unwatch(inc.sock.as_raw_fd());
+        }
+    }
+
     fn watch(&mut self, fd: std::os::fd::RawFd, s: Source) {
         if self.poll.add_socket(fd, s).is_ok() {
             self.sockets += 1;

@@ -420,6 +420,9 @@ impl Engine {
                 if self.cfg.hang_timeout.is_some() && !self.hang_published {
                     super::watchdog::publish_finalizing(&mut pmi, self.rank());
                 }
+                if let Some(net) = &mut self.net {
+                    net.refuse_new();
+                }
                 let _ = pmi.fence();
             }
             let _ = pmi.finalize();
