@@ -76,7 +76,7 @@ impl Engine {
                 n += self.progress_net(0);
             }
         }
-        if self.rdma.as_mut().is_some_and(|r| r.cm_due()) {
+        if self.rdma.is_some() {
             n += self.progress_rdma_cm();
         }
         if !self.st.actions.is_empty() {

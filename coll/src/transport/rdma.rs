@@ -220,9 +220,6 @@ pub(crate) struct RdmaNet {
     /// Handshake datagrams of this pass (kept for its allocation).
     pub inbox: Vec<super::rdma_cm::Msg>,
     pub stats: CmStats,
-    /// Progress passes since the UD CQ was last polled while no handshake
-    /// of ours is in progress ([`RdmaNet::cm_due`]).
-    pub cm_skipped: u32,
     /// What every handshake datagram says of this rank.
     pub job: u64,
     pub rank: usize,
@@ -230,29 +227,7 @@ pub(crate) struct RdmaNet {
     pub host: u64,
 }
 
-/// Passes between looks at the UD CQ while this rank has no handshake in
-/// progress: a request from a peer then waits a few microseconds more,
-/// against a handshake of tens of milliseconds, and the latency path is
-/// spared a CQ poll per pass (measured 1.13-1.21x main's ping-pong latency
-/// in the VM with a poll every pass).
-const CM_IDLE_EVERY: u32 = 64;
-
 impl RdmaNet {
-    /// Whether this pass should poll the UD CQ: always while a handshake of
-    /// ours is in progress, every [`CM_IDLE_EVERY`] passes otherwise.
-    #[inline]
-    pub fn cm_due(&mut self) -> bool {
-        if !self.hs.is_empty() {
-            return true;
-        }
-        self.cm_skipped += 1;
-        if self.cm_skipped >= CM_IDLE_EVERY {
-            self.cm_skipped = 0;
-            return true;
-        }
-        false
-    }
-
     /// Opens this node's device and makes the UD endpoint. The error says
     /// why rdma cannot be used here.
     pub fn new(
@@ -298,7 +273,6 @@ impl RdmaNet {
             hs: Vec::new(),
             inbox: Vec::new(),
             stats: CmStats::default(),
-            cm_skipped: 0,
             job,
             rank,
             pid: std::process::id() as i32,
@@ -1167,13 +1141,6 @@ impl Engine {
             // Handshake datagrams wake a blocked rank too.
             let _ = r.ud_cq.req_notify(false);
         }
-        // Datagrams that came before the arming raise no event: look at
-        // them now, whatever the pass count says.
-        let cm = if self.rdma.is_some() {
-            self.progress_rdma_cm()
-        } else {
-            0
-        };
         for i in 0..self.rdma_peers.len() {
             let p = self.rdma_peers[i];
             if let Some(Channel::Rdma(c)) = self.peers.get_mut(p).map(|x| &mut x.chan) {
@@ -1182,7 +1149,7 @@ impl Engine {
                 }
             }
         }
-        cm + self.progress() == 0
+        self.progress() == 0
     }
 
     /// After a blocking wait that included the completion channel: consumes
