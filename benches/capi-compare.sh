@@ -15,7 +15,9 @@ APPS=${2:-../shared/realapps}
 OUT=target/capi-compare
 rm -rf "$OUT"
 mkdir -p "$OUT/raw" "$OUT/bin"
-cargo build --release -q -p ibcoll-benches -p ibcoll-launcher -p ibcoll-capi --bins
+cargo build --release -q -p ibcoll-benches -p ibcoll-launcher --bins
+# The library too: with --bins alone a clean tree has no libibcoll_mpi to link.
+cargo build --release -q -p ibcoll-capi
 S=$APPS/osu-micro-benchmarks/mpi
 for impl in ibcoll openmpi mpich; do
   case $impl in
@@ -43,11 +45,14 @@ run_one() { # impl bench rep
     mpich) mpiexec.mpich -np 2 -bind-to core "$OUT/bin/osu_$b.mpich" "${args[@]}" >"$f" 2>/dev/null ;;
   esac
 }
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 for rep in $(seq 1 "$REPS"); do
   for b in latency allreduce bcast alltoall; do
     for impl in bench cport ibcoll openmpi mpich; do run_one "$impl" "$b" "$rep"; done
   done
 done
+echo "capi-compare: $REPS repetitions interleaved; load average before $LOAD_BEFORE, after $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
 python3 - "$OUT" "$REPS" <<'PY'
 import glob, statistics, sys, collections
 out, reps = sys.argv[1], int(sys.argv[2])
@@ -71,12 +76,12 @@ def ratio(a, b):
     return f"{med(a) / med(b):.2f}" if a and b and med(b) > 0 else "-"
 print("C layer's cost: the same loops in Rust (ibcoll-bench) and in C on libibcoll_mpi")
 print()
-print("| benchmark | bytes | ibcoll-bench | C port on libibcoll_mpi | C / Rust |")
-print("|---|---:|---:|---:|---:|")
+print("| benchmark | bytes | ibcoll-bench | C port on libibcoll_mpi | OSU 5.3 on libibcoll_mpi | C port / Rust | OSU / Rust |")
+print("|---|---:|---:|---:|---:|---:|---:|")
 for b, ss in sizes.items():
     for s in ss:
-        r, c = data.get((b, "bench", s), []), data.get((b, "cport", s), [])
-        print(f"| {b} | {s} | {cell(r)} | {cell(c)} | {ratio(c, r)} |")
+        r, c, o = data.get((b, "bench", s), []), data.get((b, "cport", s), []), data.get((b, "ibcoll", s), [])
+        print(f"| {b} | {s} | {cell(r)} | {cell(c)} | {cell(o)} | {ratio(c, r)} | {ratio(o, r)} |")
 print()
 print("OSU 5.3, the same sources on three MPI libraries")
 print()

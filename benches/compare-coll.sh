@@ -7,7 +7,11 @@
 #   env: NPS="2 4 8" ranks (2 pinned one per core; more oversubscribed),
 #        COLLS="barrier bcast ...", SIZES="8 65536 1048576", DOC=file,
 #        PLOT=file.png (default target/compare-coll/ratios.png): the table's
-#        ibcoll/Open MPI and ibcoll/MPICH ratios as bars (ibcoll-bench plot-ratios)
+#        ibcoll/Open MPI and ibcoll/MPICH ratios as bars (ibcoll-bench plot-ratios),
+#        IMPLS="ibcoll openmpi" to leave one out (default all three),
+#        BEFORE=REV: also runs the ibcoll of commit REV (built in target/ab/<rev>,
+#        as benches/ab.sh does) interleaved with the others, and adds its column
+#        and both ratios to Open MPI: a before/after in one run
 #
 # Oversubscribed runs: Open MPI gets --oversubscribe (which also makes it
 # yield), MPICH runs as it is (it busy-polls), ibcoll runs as it is (it
@@ -29,6 +33,16 @@ for f in "$OUT"/*.txt; do
 done
 
 cargo build --release -q -p ibcoll-benches -p ibcoll-launcher
+IMPLS=${IMPLS:-"ibcoll openmpi mpich"}
+if [ -n "${BEFORE:-}" ]; then
+  BSHA=$(git rev-parse --short "$BEFORE")
+  BDIR=target/ab/$BSHA
+  if [ ! -x "$BDIR/target/release/ibcoll-bench" ]; then
+    [ -d "$BDIR" ] || git worktree add --detach -q "$BDIR" "$BSHA"
+    (cd "$BDIR" && cargo build --release -q -p ibcoll-benches -p ibcoll-launcher)
+  fi
+  IMPLS="before $IMPLS"
+fi
 mpicc.openmpi -O2 -o target/mpi/osu_coll_openmpi benches/mpi/osu_coll.c -lm
 mpicc.mpich -O2 -o target/mpi/osu_coll_mpich benches/mpi/osu_coll.c -lm
 NCPU=$(nproc)
@@ -40,6 +54,7 @@ one() { # impl np coll size rep -> appends "impl np coll size us"
   else ob=(--oversubscribe); fi
   case $impl in
     ibcoll) timeout 300 target/release/ibrun -n "$np" "${bind[@]}" target/release/ibcoll-bench "$coll" -m "$size:$size" >"$f" 2>&1 ;;
+    before) timeout 300 "$BDIR"/target/release/ibrun -n "$np" "${bind[@]}" "$BDIR"/target/release/ibcoll-bench "$coll" -m "$size:$size" >"$f" 2>&1 ;;
     openmpi) timeout 300 mpirun.openmpi --allow-run-as-root "${ob[@]}" -np "$np" target/mpi/osu_coll_openmpi "$coll" -m "$size:$size" >"$f" 2>/dev/null ;;
     mpich) timeout 300 mpiexec.mpich -np "$np" "${mb[@]}" target/mpi/osu_coll_mpich "$coll" -m "$size:$size" >"$f" 2>/dev/null ;;
   esac || echo "# failed: $impl $np $coll $size" >>"$f"
@@ -50,16 +65,20 @@ for np in $NPS; do
     for size in $SIZES; do
       [ "$coll" = barrier ] && [ "$size" != "$(echo $SIZES | cut -d' ' -f1)" ] && continue
       for rep in $(seq "$REPS"); do
-        for impl in ibcoll openmpi mpich; do one $impl "$np" "$coll" "$size" "$rep"; done
+        # Rotate the order each repetition, so no implementation always runs
+        # right after the same one.
+        read -r -a order <<<"$IMPLS"
+        k=$(( (rep - 1) % ${#order[@]} ))
+        for impl in "${order[@]:k}" "${order[@]:0:k}"; do one "$impl" "$np" "$coll" "$size" "$rep"; done
       done
     done
   done
 done
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
-python3 - "$OUT" "$DOC" "$REPS" "$LOAD_BEFORE" "$LOAD_AFTER" "$NCPU" <<'PYEOF'
+python3 - "$OUT" "$DOC" "$REPS" "$LOAD_BEFORE" "$LOAD_AFTER" "$NCPU" "${BSHA:-}" <<'PYEOF'
 import glob, os, re, statistics, sys, datetime
-out, doc, reps, lb, la, ncpu = sys.argv[1:7]
+out, doc, reps, lb, la, ncpu, bsha = sys.argv[1:8]
 data = {}
 for f in glob.glob(os.path.join(out, "*.txt")):
     impl, np, coll, size, rep = os.path.basename(f)[:-4].split(".")
@@ -80,13 +99,24 @@ lines = ["<!-- compare-coll:begin -->",
          f"`--oversubscribe`, which yields; MPICH busy-polls). Load average before {lb}, after {la}.",
          "The last column is ibcoll's median over the faster of the two MPIs' (<= 1.00 meets the target).",
          ""]
+if bsha:
+    lines += [f"The `before` column is ibcoll at commit {bsha}, run interleaved with the others; the last two",
+              "columns are before / Open MPI and after / Open MPI (medians).", ""]
+def rat(d, a, b):
+    return f"{statistics.median(d[a]) / statistics.median(d[b]):.2f}" if d.get(a) and d.get(b) else "-"
 for np in sorted({k[0] for k in data}):
-    lines += [f"## {np} ranks", "", "| collective | size (B) | ibcoll | Open MPI | MPICH | ibcoll / best MPI |", "|---|---:|---:|---:|---:|---:|"]
+    if bsha:
+        lines += [f"## {np} ranks", "", "| collective | size (B) | ibcoll before | ibcoll | Open MPI | MPICH | ibcoll / best MPI | before / Open MPI | after / Open MPI |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    else:
+        lines += [f"## {np} ranks", "", "| collective | size (B) | ibcoll | Open MPI | MPICH | ibcoll / best MPI |", "|---|---:|---:|---:|---:|---:|"]
     for (n, coll, size) in sorted(k for k in data if k[0] == np):
         d = data[(n, coll, size)]
         best = min((statistics.median(d[i]) for i in ("openmpi", "mpich") if d.get(i)), default=None)
         ratio = f"{statistics.median(d['ibcoll']) / best:.2f}" if best and d.get("ibcoll") else "-"
-        lines.append(f"| {coll} | {size} | {cell(d.get('ibcoll'))} | {cell(d.get('openmpi'))} | {cell(d.get('mpich'))} | {ratio} |")
+        if bsha:
+            lines.append(f"| {coll} | {size} | {cell(d.get('before'))} | {cell(d.get('ibcoll'))} | {cell(d.get('openmpi'))} | {cell(d.get('mpich'))} | {ratio} | {rat(d, 'before', 'openmpi')} | {rat(d, 'ibcoll', 'openmpi')} |")
+        else:
+            lines.append(f"| {coll} | {size} | {cell(d.get('ibcoll'))} | {cell(d.get('openmpi'))} | {cell(d.get('mpich'))} | {ratio} |")
     lines.append("")
 lines.append("<!-- compare-coll:end -->")
 # The same medians as ratios, one bar a line, for ibcoll-bench plot-ratios.
