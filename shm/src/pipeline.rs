@@ -76,13 +76,6 @@ impl Raw {
         unsafe { &*(self.base.add(slot * FALSE_SHARING_STRIDE) as *const AtomicU64) }
     }
 
-    fn flags(&self) -> String {
-        (0..self.slots)
-            .map(|s| format!("{:#x}", self.flag(s).load(Ordering::Acquire)))
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-
     fn data(&self, slot: usize) -> *mut u8 {
         // SAFETY: slot < slots, so the slot's bytes lie in the region.
         unsafe { self.base.add(data_off(self.slots) + slot * self.chunk) }
@@ -167,11 +160,6 @@ impl PipeSender {
         self.next
     }
 
-    /// The next slot and every slot's flag, for a hang report.
-    pub fn describe(&self) -> String {
-        format!("next slot {}, flags {}", self.next, self.raw.flags())
-    }
-
     /// Empties every slot: only once the receiver that was reading is gone
     /// (nobody else reads them), so the pipe can serve another.
     pub fn reset(&mut self) {
@@ -214,17 +202,6 @@ impl PipeReceiver {
     pub fn restart_at(&mut self, slot: usize) {
         self.next = slot % self.raw.slots;
         self.off = 0;
-    }
-
-    /// The next slot, the bytes of it taken and every slot's flag, for a
-    /// hang report.
-    pub fn describe(&self) -> String {
-        format!(
-            "next slot {} (+{} B), flags {}",
-            self.next,
-            self.off,
-            self.raw.flags()
-        )
     }
 
     /// True if at least one byte can be received now.

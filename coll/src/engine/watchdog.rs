@@ -173,14 +173,6 @@ impl Engine {
             }
         }
         let mut report = format!("rank {me} is {mine}");
-        // This rank's side of each shm channel it waits on: a transfer
-        // that one side thinks done and the other still waits for shows
-        // here (streams, copies, pipe positions).
-        for &r in ranks.iter().take(REPORT_MAX) {
-            if let Some(crate::transport::Channel::Shm(c)) = self.peers.chan(r) {
-                report.push_str(&format!(" [to rank {r}: {}]", c.describe()));
-            }
-        }
         for (&r, s) in shown.iter().zip(&states) {
             match s {
                 Some(v) => {

@@ -552,14 +552,7 @@ impl<'a> FastCall<'a> {
             self.e.watch = None;
             if !done() {
                 if let Some(waited) = hung {
-                    // What the awaited line holds tells a member that
-                    // is behind from one that counted calls differently.
-                    let what = format!(
-                        "shared-memory call {}; its line there shows call {} with length {:#x}",
-                        self.k,
-                        ha.seq(),
-                        ha.len()
-                    );
+                    let what = format!("shared-memory call {}", self.k);
                     return Err(self.e.hang_error(self.op, &what, &[w], waited));
                 }
                 return Err(self.lost(w));

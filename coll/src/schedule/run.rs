@@ -195,15 +195,11 @@ impl Run {
         if peers.is_empty() {
             peers = self.group.to_vec();
         }
-        // The node's shared-memory call count too: a schedule's members
-        // announce it in the slots first, and a hang there is told apart
-        // by whether both sides counted the same calls.
         let what = format!(
-            "call with tag {}, round {} of {}, after shared-memory call {}",
+            "call with tag {}, round {} of {}",
             self.tag,
             self.round + 1,
-            self.sched.rounds.len(),
-            e.fast.seq
+            self.sched.rounds.len()
         );
         let err = e.hang_error(self.op, &what, &peers, waited);
         self.record(err);

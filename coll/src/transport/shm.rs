@@ -703,57 +703,6 @@ impl ShmChannel {
         self.busy
     }
 
-    /// The channel's work in flight, for a hang report: streams, copies,
-    /// control records, and the pipes' positions and flags.
-    #[cold]
-    pub fn describe(&self) -> String {
-        let sl = &self.slow;
-        let mut d = format!(
-            "shm channel to local rank {}: busy {}, listed {}, box {}, in-streams [{}], out-streams [{}], cma reads {}, rndv-in {}, puts {}, ctl {}",
-            self.peer_local,
-            self.busy,
-            self.listed,
-            if self.rx.is_some() { "granted" } else { "none" },
-            sl.in_streams
-                .iter()
-                .map(|i| format!("{}/{} B", i.got, i.wanted))
-                .collect::<Vec<_>>()
-                .join(" "),
-            sl.out_streams
-                .iter()
-                .map(|o| format!("{}/{} B", o.off, o.len))
-                .collect::<Vec<_>>()
-                .join(" "),
-            sl.reads.len(),
-            sl.rndv_in.len(),
-            sl.puts.len(),
-            sl.ctl.len(),
-        );
-        if let Some(p) = &sl.pipe_rx {
-            let w = self
-                .node
-                .pipe_owner(self.peer_local)
-                .load(std::sync::atomic::Ordering::Acquire);
-            d.push_str(&format!(
-                "; its pipe: owner word {w:#x}, seen gen {}, {}",
-                p.seen_gen,
-                p.rx.describe()
-            ));
-        }
-        if let Some(p) = &sl.pipe_tx {
-            if let Ok(po) = p.try_borrow() {
-                d.push_str(&format!(
-                    "; our pipe: owner {:?}, busy {}, gen {}, {}",
-                    po.owner,
-                    po.busy,
-                    po.gen,
-                    po.tx.describe()
-                ));
-            }
-        }
-        d
-    }
-
     pub fn has_backlog(&self) -> bool {
         !self.slow.out_streams.is_empty()
     }
