@@ -26,12 +26,7 @@ OLD=target/ab/$SHA
 mkdir -p "$OUT" target/ab
 rm -f "$OUT"/*.txt
 
-build_rev() { # sha dir
-  if [ ! -x "$2/target/release/ibcoll-bench" ]; then
-    [ -d "$2" ] || git worktree add --detach -q "$2" "$1"
-    (cd "$2" && cargo build --release -q -p ibcoll-benches -p ibcoll-launcher)
-  fi
-}
+. benches/rev.sh
 build_rev "$SHA" "$OLD"
 NEW=.
 NEW_NAME="$(git rev-parse --short HEAD) (working tree)"

@@ -15,9 +15,9 @@ APPS=${2:-../shared/realapps}
 OUT=target/capi-compare
 rm -rf "$OUT"
 mkdir -p "$OUT/raw" "$OUT/bin"
-cargo build --release -q -p ibcoll-benches -p ibcoll-launcher --bins
-# The library too: with --bins alone a clean tree has no libibcoll_mpi to link.
-cargo build --release -q -p ibcoll-capi
+# Libraries and binaries (not --bins alone: a clean tree would then have no
+# libibcoll_mpi to link).
+cargo build --release -q -p ibcoll-benches -p ibcoll-launcher -p ibcoll-capi
 S=$APPS/osu-micro-benchmarks/mpi
 for impl in ibcoll openmpi mpich; do
   case $impl in

@@ -37,10 +37,8 @@ IMPLS=${IMPLS:-"ibcoll openmpi mpich"}
 if [ -n "${BEFORE:-}" ]; then
   BSHA=$(git rev-parse --short "$BEFORE")
   BDIR=target/ab/$BSHA
-  if [ ! -x "$BDIR/target/release/ibcoll-bench" ]; then
-    [ -d "$BDIR" ] || git worktree add --detach -q "$BDIR" "$BSHA"
-    (cd "$BDIR" && cargo build --release -q -p ibcoll-benches -p ibcoll-launcher)
-  fi
+  . benches/rev.sh
+  build_rev "$BSHA" "$BDIR"
   IMPLS="before $IMPLS"
 fi
 mpicc.openmpi -O2 -o target/mpi/osu_coll_openmpi benches/mpi/osu_coll.c -lm
@@ -104,19 +102,20 @@ if bsha:
               "columns are before / Open MPI and after / Open MPI (medians).", ""]
 def rat(d, a, b):
     return f"{statistics.median(d[a]) / statistics.median(d[b]):.2f}" if d.get(a) and d.get(b) else "-"
+# With a before commit: its column first, and both ratios to Open MPI last.
+head = (["ibcoll before"] if bsha else []) + ["ibcoll", "Open MPI", "MPICH", "ibcoll / best MPI"] \
+    + (["before / Open MPI", "after / Open MPI"] if bsha else [])
 for np in sorted({k[0] for k in data}):
-    if bsha:
-        lines += [f"## {np} ranks", "", "| collective | size (B) | ibcoll before | ibcoll | Open MPI | MPICH | ibcoll / best MPI | before / Open MPI | after / Open MPI |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    else:
-        lines += [f"## {np} ranks", "", "| collective | size (B) | ibcoll | Open MPI | MPICH | ibcoll / best MPI |", "|---|---:|---:|---:|---:|---:|"]
+    lines += [f"## {np} ranks", "", "| collective | size (B) | " + " | ".join(head) + " |",
+              "|---|---:|" + "---:|" * len(head)]
     for (n, coll, size) in sorted(k for k in data if k[0] == np):
         d = data[(n, coll, size)]
         best = min((statistics.median(d[i]) for i in ("openmpi", "mpich") if d.get(i)), default=None)
         ratio = f"{statistics.median(d['ibcoll']) / best:.2f}" if best and d.get("ibcoll") else "-"
-        if bsha:
-            lines.append(f"| {coll} | {size} | {cell(d.get('before'))} | {cell(d.get('ibcoll'))} | {cell(d.get('openmpi'))} | {cell(d.get('mpich'))} | {ratio} | {rat(d, 'before', 'openmpi')} | {rat(d, 'ibcoll', 'openmpi')} |")
-        else:
-            lines.append(f"| {coll} | {size} | {cell(d.get('ibcoll'))} | {cell(d.get('openmpi'))} | {cell(d.get('mpich'))} | {ratio} |")
+        cells = ([cell(d.get("before"))] if bsha else []) \
+            + [cell(d.get("ibcoll")), cell(d.get("openmpi")), cell(d.get("mpich")), ratio] \
+            + ([rat(d, "before", "openmpi"), rat(d, "ibcoll", "openmpi")] if bsha else [])
+        lines.append(f"| {coll} | {size} | " + " | ".join(cells) + " |")
     lines.append("")
 lines.append("<!-- compare-coll:end -->")
 # The same medians as ratios, one bar a line, for ibcoll-bench plot-ratios.
