@@ -238,6 +238,12 @@ impl PipeOut {
     }
 }
 
+/// A slot's receiver tag: receiver + 1 (22 bits) and the low 9 bits of
+/// the pipe generation it was written in (the tag has 31 bits).
+fn slot_tag(gen: u32, peer: usize) -> u32 {
+    (gen & 0x1ff) << 22 | (peer as u32 + 1) & 0x3f_ffff
+}
+
 /// Generation (32 bits), start slot (10 bits), receiver + 1 (22 bits).
 fn owner_word(gen: u32, start: usize, peer: usize) -> u64 {
     u64::from(gen) << 32 | (start as u64 & 0x3ff) << 22 | (peer as u64 + 1) & 0x3f_ffff
@@ -1198,75 +1204,97 @@ impl ShmChannel {
     }
 
     fn poll_pipes(&mut self, st: &mut State) -> usize {
-        let mut n = 0;
-        let mut ring = false;
-        let peer_tag = self.peer_local as u32 + 1;
-        if let (Some(front), Some(pipe)) = (
-            self.slow.out_streams.front_mut(),
-            self.slow.pipe_tx.as_ref(),
-        ) {
-            let mut po = pipe.borrow_mut();
-            if po.take(self.peer_local) {
-                // SAFETY: the send's Request borrows `len` bytes at `ptr`
-                // until the operation completes, which happens only below,
-                // after the last byte has been copied out.
-                let src = unsafe { std::slice::from_raw_parts(front.ptr, front.len) };
-                let sent = po.tx.try_send_tagged(&src[front.off..], peer_tag);
-                if sent > 0 {
-                    front.off += sent;
-                    n += 1;
-                    ring = true;
-                }
-                po.busy = front.off < front.len;
-                if front.off == front.len {
-                    st.send_stream_done(front.send_token);
-                    self.slow.out_streams.pop_front();
-                }
-            }
-        }
-        let my_tag = self.me as u32 + 1;
-        if let (Some(front), Some(pin)) =
-            (self.slow.in_streams.front_mut(), self.slow.pipe_rx.as_mut())
-        {
-            let w = self
-                .node
-                .pipe_owner(self.peer_local)
-                .load(std::sync::atomic::Ordering::Acquire);
-            let gen = (w >> 32) as u32;
-            if w & 0x3f_ffff == u64::from(my_tag) && gen != pin.seen_gen {
-                // The pipe served another receiver since we last read it.
-                pin.seen_gen = gen;
-                pin.rx.restart_at(((w >> 22) & 0x3ff) as usize);
-            }
-            let rx = &mut pin.rx;
-            let left = front.wanted - front.got;
-            let got = match st.recv_stream_buf(front.recv_token) {
-                Some(dst) => {
-                    let m = left.min(dst.len());
-                    rx.try_recv_tagged(&mut dst[..m], my_tag)
-                }
-                None => {
-                    // The receive failed meanwhile: drain and drop its bytes.
-                    self.slow.scratch.resize(left.min(1 << 16), 0);
-                    rx.try_recv_tagged(&mut self.slow.scratch, my_tag)
-                }
-            };
-            if got > 0 {
-                front.got += got;
-                n += 1;
-                st.recv_stream_advance(front.recv_token, got);
-                // The sender may be asleep waiting for a free slot.
-                ring = true;
-            }
-            if front.got == front.wanted {
-                self.slow.in_streams.pop_front();
-            }
-        }
-        if ring {
+        let moved = usize::from(self.poll_out_stream(st)) + usize::from(self.poll_in_stream(st));
+        if moved > 0 {
             // The peer may be asleep waiting for data or a free slot.
             self.ring_peer();
         }
-        n
+        moved
+    }
+
+    /// Writes what fits of the oldest stream to the peer into our pipe;
+    /// true if something was written.
+    fn poll_out_stream(&mut self, st: &mut State) -> bool {
+        let (Some(front), Some(pipe)) = (
+            self.slow.out_streams.front_mut(),
+            self.slow.pipe_tx.as_ref(),
+        ) else {
+            return false;
+        };
+        let mut po = pipe.borrow_mut();
+        if !po.take(self.peer_local) {
+            return false;
+        }
+        let tag = slot_tag(po.gen, self.peer_local);
+        // SAFETY: the send's Request borrows `len` bytes at `ptr` until the
+        // operation completes, which happens only below, after the last
+        // byte has been copied out.
+        let src = unsafe { std::slice::from_raw_parts(front.ptr, front.len) };
+        let sent = po.tx.try_send_tagged(&src[front.off..], tag);
+        front.off += sent;
+        po.busy = front.off < front.len;
+        if front.off == front.len {
+            st.send_stream_done(front.send_token);
+            self.slow.out_streams.pop_front();
+        }
+        sent > 0
+    }
+
+    /// Reads what the peer's pipe holds of the oldest stream from it; true
+    /// if something was read.
+    fn poll_in_stream(&mut self, st: &mut State) -> bool {
+        let (Some(front), Some(pin)) =
+            (self.slow.in_streams.front_mut(), self.slow.pipe_rx.as_mut())
+        else {
+            return false;
+        };
+        if front.got == front.wanted {
+            // Nothing to read (a zero-byte receive of a truncated message).
+            self.slow.in_streams.pop_front();
+            return false;
+        }
+        let w = self
+            .node
+            .pipe_owner(self.peer_local)
+            .load(std::sync::atomic::Ordering::Acquire);
+        if w & 0x3f_ffff != self.me as u64 + 1 {
+            // Not (yet) ours. Reading slots on this owner word would be
+            // reading on a stale one: the sender may take the pipe for us
+            // and fill slots between this load and theirs, and the restart
+            // on the next pass would then skip what we had read (a hang
+            // seen about once in 1,500 runs of a 2-rank bcast).
+            return false;
+        }
+        let gen = (w >> 32) as u32;
+        if gen != pin.seen_gen {
+            // The pipe served another receiver since we last read it.
+            pin.seen_gen = gen;
+            pin.rx.restart_at(((w >> 22) & 0x3ff) as usize);
+        }
+        // Slots carry the generation too, so a stream begun for us after
+        // the load above (at another start slot) reads as empty until the
+        // next pass restarts there.
+        let tag = slot_tag(gen, self.me);
+        let left = front.wanted - front.got;
+        let got = match st.recv_stream_buf(front.recv_token) {
+            Some(dst) => {
+                let m = left.min(dst.len());
+                pin.rx.try_recv_tagged(&mut dst[..m], tag)
+            }
+            None => {
+                // The receive failed meanwhile: drain and drop its bytes.
+                self.slow.scratch.resize(left.min(1 << 16), 0);
+                pin.rx.try_recv_tagged(&mut self.slow.scratch, tag)
+            }
+        };
+        front.got += got;
+        if got > 0 {
+            st.recv_stream_advance(front.recv_token, got);
+        }
+        if front.got == front.wanted {
+            self.slow.in_streams.pop_front();
+        }
+        got > 0
     }
 
     /// Tells the peer we are leaving; false if the ring has no room yet.
