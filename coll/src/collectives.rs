@@ -199,6 +199,8 @@ pub(crate) struct CollInfo {
     /// The transport joining the communicator's nodes, the same on every
     /// rank (selection's `Net`).
     net: select::Net,
+    /// The last algorithm choice per collective.
+    memo: select::Memo,
 }
 
 /// Hashes a context id as itself (no SipHash on every call).
@@ -475,6 +477,7 @@ impl Comm {
             ppn,
             fast,
             net,
+            memo: select::Memo::default(),
         }))
     }
 
@@ -856,9 +859,16 @@ impl Comm {
         };
         let fast_ok =
             info.fast.is_some() && fastpath::bytes_needed(s.coll, &io, self.size()) <= shm_bytes;
-        let (choice, shm) =
-            select::choose_marked(s.coll, self.size(), info.ppn, s.bytes, info.net, fast_ok)
-                .map_err(|e| e.with_op(op))?;
+        let (choice, shm) = select::choose_marked(
+            &info.memo,
+            s.coll,
+            self.size(),
+            info.ppn,
+            s.bytes,
+            info.net,
+            fast_ok,
+        )
+        .map_err(|e| e.with_op(op))?;
         if shm {
             if let Some(locals) = &info.fast {
                 let mut e = self.eng.borrow_mut();

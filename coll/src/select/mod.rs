@@ -41,7 +41,8 @@
 
 mod json;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::algorithms::{algorithms, find, Collective, SHM};
 use crate::error::{Error, Result};
@@ -460,10 +461,30 @@ pub fn names(c: Collective) -> String {
 /// size, ranks per node, bytes, network, fast path allowed).
 type MemoKey = (u64, usize, usize, usize, Net, bool);
 
+/// Bumped by every `force_algorithm` on any thread, so memoized choices
+/// expire. Process-wide rather than thread-local: in a shared library
+/// (the C interface's) every thread-local access is a call to
+/// `__tls_get_addr`, which measurably slowed 8-byte collectives; while it
+/// is 0 (nothing was ever forced, as in every production run) a call
+/// needs no thread-local at all (see [`Memo`]).
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// A communicator's memo of [`choose_marked`]: the last choice per
+/// collective, keyed by (bytes, fast path allowed). Used only while no
+/// thread ever forced an algorithm, since forcing is per thread and a
+/// communicator may move between threads; after that the thread's own
+/// memo serves.
+#[derive(Default)]
+pub(crate) struct Memo([Cell<Option<(usize, bool, Choice, bool)>>; 16]);
+
+impl std::fmt::Debug for Memo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Memo")
+    }
+}
+
 thread_local! {
     static FORCED: RefCell<[Option<&'static str>; 16]> = const { RefCell::new([None; 16]) };
-    /// Bumped by every `force_algorithm`, so memoized choices expire.
-    static GENERATION: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     /// The last choice per collective: a loop of identical calls selects
     /// once (the environment and tuning file are read once anyway).
     /// With it, whether the choice is the fast path (compared once).
@@ -515,7 +536,7 @@ fn default_lookup(
 /// `InvalidArgument` listing the valid ones (its `rank` is 0: selection
 /// does not know the process's rank).
 pub fn force_algorithm(c: Collective, name: Option<&str>) -> Result<()> {
-    GENERATION.with(|g| g.set(g.get() + 1));
+    GENERATION.fetch_add(1, Ordering::Relaxed);
     let Some(name) = name else {
         FORCED.with(|f| f.borrow_mut()[c.index()] = None);
         return Ok(());
@@ -586,12 +607,27 @@ pub fn choose(
     net: Net,
     fast_ok: bool,
 ) -> Result<Choice> {
-    choose_marked(c, size, ppn, bytes, net, fast_ok).map(|(ch, _)| ch)
+    choose_in_thread(
+        c,
+        (
+            GENERATION.load(Ordering::Relaxed),
+            size,
+            ppn,
+            bytes,
+            net,
+            fast_ok,
+        ),
+    )
+    .map(|(ch, _)| ch)
 }
 
-/// [`choose`], and whether the choice is the shared-memory fast path.
+/// [`choose`] for a communicator whose size, ranks per node and network
+/// do not change (its `memo` keeps the last choice per collective), and
+/// whether the choice is the shared-memory fast path.
 #[inline]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn choose_marked(
+    memo: &Memo,
     c: Collective,
     size: usize,
     ppn: usize,
@@ -599,7 +635,25 @@ pub(crate) fn choose_marked(
     net: Net,
     fast_ok: bool,
 ) -> Result<(Choice, bool)> {
-    let key = (GENERATION.with(|g| g.get()), size, ppn, bytes, net, fast_ok);
+    let gen = GENERATION.load(Ordering::Relaxed);
+    let key = (gen, size, ppn, bytes, net, fast_ok);
+    if gen != 0 {
+        return choose_in_thread(c, key);
+    }
+    let slot = &memo.0[c.index()];
+    match slot.get() {
+        Some((b, f, ch, shm)) if b == bytes && f == fast_ok => Ok((ch, shm)),
+        _ => {
+            let (ch, shm) = choose_in_thread(c, key)?;
+            slot.set(Some((bytes, fast_ok, ch, shm)));
+            Ok((ch, shm))
+        }
+    }
+}
+
+/// [`choose`] through this thread's memo (which knows its forcings).
+#[inline]
+fn choose_in_thread(c: Collective, key: MemoKey) -> Result<(Choice, bool)> {
     let hit = MEMO.with(|m| match m.borrow()[c.index()] {
         Some((k, ch, shm)) if k == key => Some((ch, shm)),
         _ => None,
