@@ -906,7 +906,12 @@ impl Comm {
     /// wait per call, beside a schedule of at least a slot's worth of data.
     #[cold]
     #[inline(never)]
-    fn announce_schedule(&self, locals: &[usize], coll: Collective, bytes: usize) -> Result<()> {
+    fn announce_schedule(
+        &self,
+        locals: &Rc<[usize]>,
+        coll: Collective,
+        bytes: usize,
+    ) -> Result<()> {
         let op = Op::Collective(coll);
         let mut e = self.eng.borrow_mut();
         if let Some(x) = e.poison_err(op) {
@@ -927,7 +932,8 @@ impl Comm {
             self.ctx + 1,
             op,
         );
-        f.announce_schedule(bytes).map_err(|x| x.with_op(op))
+        f.announce_schedule(bytes, locals)
+            .map_err(|x| x.with_op(op))
     }
 
     /// The fast path of a collective with a user reduction: once it is

@@ -646,6 +646,24 @@ pub(crate) struct FastSeq {
     /// scatter root publishes and goes on) fail too, naming it
     /// (`crate::fastpath::FAIL_MARK`).
     pub failed: u64,
+    /// The blocking call this process runs as a schedule on a fast-path
+    /// communicator, announced in the slots and not waited for (a wait
+    /// would make every such call a barrier); looked at while the
+    /// schedule blocks ([`Engine::check_announced`]).
+    pub announced: Option<Announced>,
+    /// A member published something else for the announced call:
+    /// (communicator rank, what it published).
+    pub split: Option<(usize, usize)>,
+}
+
+/// A schedule's announcement in the slots (`crate::fastpath::SCHEDULE_MARK`).
+pub(crate) struct Announced {
+    /// Its fast-path call number.
+    pub k: u64,
+    /// What this rank published.
+    pub mark: usize,
+    /// Local rank of every member.
+    pub locals: std::rc::Rc<[usize]>,
 }
 
 impl FastSeq {
@@ -655,6 +673,8 @@ impl FastSeq {
             seen: vec![0; local_size],
             min_other: 0,
             failed: 0,
+            announced: None,
+            split: None,
         }
     }
 }

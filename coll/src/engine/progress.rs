@@ -276,6 +276,32 @@ impl Engine {
         }
     }
 
+    /// A blocking schedule announced in the slots has waited a while: did
+    /// a member publish something else for that call (the fast path, or
+    /// other bytes)? Then `fast.split` says who and what, and the
+    /// schedule fails instead of waiting for messages that never come.
+    /// Only members that published exactly that call are compared (one
+    /// that is past it took part in it).
+    pub(crate) fn check_announced(&mut self) {
+        let (Some(a), None, Some(node)) = (&self.fast.announced, self.fast.split, &self.node)
+        else {
+            return;
+        };
+        let Ok(area) = ibcoll_shm::SlotArea::new(node, self.cfg.shm_coll_bytes) else {
+            return;
+        };
+        for (r, &l) in a.locals.iter().enumerate() {
+            if l == self.local_rank {
+                continue;
+            }
+            let h = area.header(l, a.k);
+            if h.seq() == a.k && h.len() != a.mark {
+                self.fast.split = Some((r, h.len()));
+                return;
+            }
+        }
+    }
+
     /// Every `IBCOLL_BLOCK_MS`, checks that the peers this rank waits on
     /// are alive (shm: the process exists; rdma: the heartbeat of a QP); a
     /// vanished one (that did not say goodbye) fails its channel. Only
@@ -289,6 +315,7 @@ impl Engine {
         }
         self.last_liveness = Instant::now();
         self.take_launcher_news();
+        self.check_announced();
         if let Some(ib) = &mut self.shm_inbox {
             // A dead sender's half-written record would hold up the others'.
             ib.skip_dead_reservation(self.local_rank);

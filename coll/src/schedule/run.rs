@@ -202,6 +202,15 @@ impl Run {
             self.sched.rounds.len()
         );
         let err = e.hang_error(self.op, &what, &peers, waited);
+        self.fail(e, err);
+    }
+
+    /// Ends the run with `err`: its current round is abandoned (what
+    /// cannot be withdrawn is waited for, so no buffer stays in use).
+    pub fn fail(&mut self, e: &mut Engine, err: Error) {
+        if self.done || self.aborting {
+            return;
+        }
         self.record(err);
         if !self.sentinel_posted {
             self.done = true;
@@ -703,13 +712,36 @@ pub(crate) fn settle_all(e: &mut Engine) {
 /// Runs `run` to completion. A reduction operation's panic stays in the
 /// run ([`Run::take_panic`]): the caller resumes it once it no longer
 /// holds the engine.
+///
+/// A schedule announced in the fast-path slots also ends when a member
+/// published something else for that call (see
+/// `FastCall::announce_schedule`).
 pub(crate) fn run_blocking(e: &mut Engine, run: &mut Run) -> Result<()> {
+    let mut res = run_announced(e, run);
+    if res.is_err() && e.fast.announced.is_some() {
+        // A member that took the fast path may have failed and left before
+        // this rank blocked long enough to look: its departure is not the
+        // cause.
+        e.check_announced();
+        if let Some(x) = crate::fastpath::split_error(e, &run.group, run.op) {
+            res = Err(x);
+        }
+    }
+    e.fast.announced = None;
+    e.fast.split = None;
+    res
+}
+
+fn run_announced(e: &mut Engine, run: &mut Run) -> Result<()> {
     loop {
         run.step(e);
         if run.is_done() {
             return run.take_result();
         }
-        if let Some(waited) = e.wait_until_watched(|e| run.round_ready(e)) {
+        let hung = e.wait_until_watched(|e| run.round_ready(e) || e.fast.split.is_some());
+        if let Some(x) = crate::fastpath::split_error(e, &run.group, run.op) {
+            run.fail(e, x);
+        } else if let Some(waited) = hung {
             run.hung(e, waited);
         }
     }
