@@ -38,6 +38,9 @@ pub struct Opts {
     pub window: usize,
     /// Collectives: force this algorithm (`--algorithm NAME`).
     pub algorithm: Option<String>,
+    /// Collectives: a barrier (untimed) after every timed call, as OSU
+    /// 5.3's collective benchmarks do (`--barrier`).
+    pub barrier: bool,
     /// Tuner: collectives to measure (`--collectives a,b`).
     pub collectives: Option<String>,
     /// Tuner: where to write the table (`--out FILE`).
@@ -61,6 +64,7 @@ impl Default for Opts {
             warmup: None,
             window: 64,
             algorithm: None,
+            barrier: false,
             collectives: None,
             out: None,
             plot: None,
@@ -141,6 +145,14 @@ const OPTIONS: &[Opt] = &[
         value: "NAME",
         applies: COLL,
         help: "COLLECTIVE: force this algorithm (default: the selection table's)",
+    },
+    Opt {
+        short: None,
+        long: "barrier",
+        value: "",
+        applies: COLL,
+        help: "COLLECTIVE: an untimed barrier after every timed call, as OSU 5.3's\n\
+               collective benchmarks do (default: calls back to back)",
     },
     Opt {
         short: None,
@@ -364,6 +376,7 @@ where
             "help" => return Ok(Cli::Help),
             "version" => return Ok(Cli::Version),
             "no-plot" => o.no_plot = true,
+            "barrier" => o.barrier = true,
             "message-size" => {
                 let v = text(p.value().map_err(err)?, &flag)?;
                 let bad = || format!("{flag} needs [MIN:]MAX sizes (e.g. 8:1m), got {v:?}");
@@ -442,6 +455,8 @@ mod tests {
         assert_eq!((o.min, o.max, o.iters, o.warmup), (4, 64, Some(5), Some(2)));
         assert_eq!(o.algorithm.as_deref(), Some("ring"));
         assert_eq!(o.plot, Some(PathBuf::from("a.png")));
+        assert!(!o.barrier);
+        assert!(opts("bcast --barrier").barrier);
         let o = opts("bw -m 1k -W 0");
         assert_eq!((o.min, o.max, o.window), (0, 1024, 1));
         let o = opts("tune --message-size=8:1m --collectives bcast,scan -o t.json --no-plot");

@@ -128,6 +128,9 @@ pub fn run(c: &Comm, o: &Opts, coll: Collective) -> ibcoll::Result<()> {
             "# algorithm: {}",
             o.algorithm.as_deref().unwrap_or("(selected by the table)")
         );
+        if o.barrier {
+            println!("# a barrier after every timed call (as OSU 5.3)");
+        }
         println!(
             "{:<10}{:>17}{:>17}{:>17}{:>17}{:>12}",
             "# Size",
@@ -161,6 +164,9 @@ pub fn run(c: &Comm, o: &Opts, coll: Collective) -> ibcoll::Result<()> {
             let us = t.elapsed().as_secs_f64() * 1e6;
             sum += us;
             sq += us * us;
+            if o.barrier {
+                c.barrier()?;
+            }
         }
         let mean = sum / iters as f64;
         let mut tot = [0f64; 2];
