@@ -475,7 +475,10 @@ static GENERATION: AtomicU64 = AtomicU64::new(0);
 /// communicator may move between threads; after that the thread's own
 /// memo serves.
 #[derive(Default)]
-pub(crate) struct Memo([Cell<Option<(usize, bool, Choice, bool)>>; 16]);
+pub(crate) struct Memo([Cell<Option<MemoEntry>>; 16]);
+
+/// (bytes, fast path allowed, the choice, whether it is the fast path).
+type MemoEntry = (usize, bool, Choice, bool);
 
 impl std::fmt::Debug for Memo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
