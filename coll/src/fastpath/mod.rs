@@ -404,7 +404,11 @@ impl<'a> FastCall<'a> {
         r?;
         let mark = SCHEDULE_MARK | bytes;
         self.claimed = mark;
-        self.publish();
+        // Nobody waits for it unless the members disagree (a member that
+        // took the fast path then wakes by its bounded sleep): ringing every
+        // member's doorbell on every call would wake sleeping ranks for
+        // nothing.
+        self.publish_waking(std::iter::empty());
         self.e.fast.split = None;
         self.e.fast.announced = Some(crate::engine::Announced {
             k: self.k,
