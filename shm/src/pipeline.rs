@@ -204,6 +204,11 @@ impl PipeReceiver {
         self.off = 0;
     }
 
+    /// The slot read next and the bytes of it already handed out.
+    pub fn position(&self) -> (usize, usize) {
+        (self.next, self.off)
+    }
+
     /// True if at least one byte can be received now.
     pub fn is_ready(&self) -> bool {
         self.raw.flag(self.next).load(Ordering::Acquire) != 0

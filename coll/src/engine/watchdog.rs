@@ -193,6 +193,14 @@ impl Engine {
         if ranks.len() > REPORT_MAX {
             report.push_str(&format!("; and {} more", ranks.len() - REPORT_MAX));
         }
+        // This rank's side of the channels it waits on, in its own error
+        // only (the published state stays one short line per rank, which
+        // the launcher groups).
+        for &r in ranks.iter().take(REPORT_MAX) {
+            if let Some(d) = self.peers.chan(r).and_then(|c| c.describe()) {
+                report.push_str(&format!("; with rank {r}: {d}"));
+            }
+        }
         let err = Error::Hang {
             rank: me,
             op,

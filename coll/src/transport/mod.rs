@@ -210,6 +210,15 @@ impl Channel {
         }
     }
 
+    /// This rank's side of the channel's work in flight, for a hang
+    /// report (shm only: its streams live in memory both sides see).
+    pub fn describe(&self) -> Option<String> {
+        match self {
+            Channel::Shm(c) => Some(c.describe()),
+            _ => None,
+        }
+    }
+
     /// Marks the channel failed.
     pub fn fail(&mut self, reason: String) {
         match self {

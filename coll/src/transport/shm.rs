@@ -1297,6 +1297,76 @@ impl ShmChannel {
         got > 0
     }
 
+    /// This rank's side of the work in flight with the peer, for a hang
+    /// report: streams, CMA copies, control records waiting for room, and
+    /// both pipes' state (owner word, generation, read position).
+    pub fn describe(&self) -> String {
+        let sl = &self.slow;
+        let busy = !(sl.out_streams.is_empty()
+            && sl.in_streams.is_empty()
+            && sl.reads.is_empty()
+            && sl.rndv_in.is_empty()
+            && sl.puts.is_empty()
+            && sl.ctl.is_empty());
+        if !busy {
+            return "shm: no transfer in flight".into();
+        }
+        let mut d = format!(
+            "shm: {} stream(s) out, {} in",
+            sl.out_streams.len(),
+            sl.in_streams.len()
+        );
+        if let Some(o) = sl.out_streams.front() {
+            d.push_str(&format!(", out front {} of {} B written", o.off, o.len));
+        }
+        if let Some(i) = sl.in_streams.front() {
+            d.push_str(&format!(", in front {} of {} B read", i.got, i.wanted));
+        }
+        d.push_str(&format!(
+            ", {} CMA read(s), {} split receive(s), {} put(s), {} control record(s) waiting",
+            sl.reads.len(),
+            sl.rndv_in.len(),
+            sl.puts.len(),
+            sl.ctl.len()
+        ));
+        let owner = |w: u64| {
+            format!(
+                "gen {} for local rank {} from slot {}",
+                w >> 32,
+                (w & 0x3f_ffff) as i64 - 1,
+                (w >> 22) & 0x3ff
+            )
+        };
+        if let Some(p) = &sl.pipe_tx {
+            let p = p.borrow();
+            let w = self
+                .node
+                .pipe_owner(self.me)
+                .load(std::sync::atomic::Ordering::Acquire);
+            d.push_str(&format!(
+                "; our pipe: {}, busy {}, next slot {}, drained {}",
+                owner(w),
+                p.busy,
+                p.tx.position(),
+                p.tx.is_drained()
+            ));
+        }
+        if let Some(pin) = &sl.pipe_rx {
+            let w = self
+                .node
+                .pipe_owner(self.peer_local)
+                .load(std::sync::atomic::Ordering::Acquire);
+            let (slot, off) = pin.rx.position();
+            d.push_str(&format!(
+                "; its pipe: {}, seen gen {}, reading slot {slot} at {off} (ready {})",
+                owner(w),
+                pin.seen_gen,
+                pin.rx.is_ready()
+            ));
+        }
+        d
+    }
+
     /// Tells the peer we are leaving; false if the ring has no room yet.
     pub fn send_bye(&mut self) -> bool {
         self.try_send(&Header::new(Kind::Bye), &[])
