@@ -1311,15 +1311,13 @@ unsafe fn allgatherv(
         // SAFETY: MPI's contract; a nonblocking call's buffers stay valid
         // until it completes.
         let rb = unsafe { bytes_mut(rbuf, total) };
-        if in_place {
+        // `st` is `None` exactly for MPI_IN_PLACE.
+        let Some(st) = &st else {
             let r = match req {
                 None => return Ok(c.allgatherv_in_place(rb, k, d)?),
                 Some(_) => c.iallgatherv_in_place(static_scope(), rb, k, d)?,
             };
             return store(req.unwrap_or(std::ptr::null_mut()), r, comm, Vec::new());
-        }
-        let Some(st) = &st else {
-            return Ok(());
         };
         let sn = wire_len(sbuf, scount, st)?;
         // SAFETY: as above.

@@ -604,7 +604,7 @@ pub unsafe fn gather_scatter(
     let own_l = own_t.map(|t| Layout::one(own, own_count as usize, &info(t)));
     let mut keep = Vec::new();
     let mut back = None;
-    // SAFETY (both arms): MPI's contract for the caller's buffers; the
+    // SAFETY: (both arms) MPI's contract for the caller's buffers; the
     // staging buffers go with the request (or outlive the blocking call)
     // and are not touched meanwhile.
     let r = unsafe {
@@ -693,9 +693,10 @@ pub unsafe fn gather_scatter_v(
     let me = c.rank();
     let am_root = me == root;
     let all_b = match (am_root, all_t) {
-        // SAFETY: one entry per rank at the root (MPI's contract).
         (true, Some(t)) => {
-            Some(unsafe { v_blocks(all, counts, displs, n, t, ("counts", "displs")) }?)
+            // SAFETY: one entry per rank at the root (MPI's contract).
+            let b = unsafe { v_blocks(all, counts, displs, n, t, ("counts", "displs")) }?;
+            Some(b)
         }
         _ => None,
     };
@@ -724,7 +725,7 @@ pub unsafe fn gather_scatter_v(
     };
     let mut keep = Vec::new();
     let mut back = None;
-    // SAFETY (both arms): MPI's contract for the caller's buffers; the
+    // SAFETY: (both arms) MPI's contract for the caller's buffers; the
     // staging buffers go with the request (or outlive the blocking call)
     // and are not touched meanwhile.
     let r = unsafe {
@@ -938,4 +939,60 @@ pub unsafe fn alltoallv(
 /// Whether a call on types `ts` needs these paths.
 pub fn needed(ts: &[Option<&Ty>]) -> bool {
     ts.iter().flatten().any(|t| !t.is_contiguous())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::datatype::Kind;
+
+    /// Elements of 4 bytes, bytes 1 and 3 data (a byte vector, stride 2).
+    fn strided() -> Rc<TypeInfo> {
+        Rc::new(TypeInfo {
+            size: 2,
+            lb: 0,
+            extent: 4,
+            blocks: vec![(1, 1), (3, 1)],
+            wire: 2,
+            elem: Some(Kind::U8),
+            elem_size: 1,
+            committed: true,
+            align: 1,
+        })
+    }
+
+    #[test]
+    fn v_blocks_pack_back_to_back_and_unpack_in_place() {
+        let t = strided();
+        // Block 0: 1 element at element 3; block 1: 2 elements at 0; the
+        // element at 2 is a hole.
+        let src: Vec<u8> = (0..16).collect();
+        let base = src.as_ptr() as *const c_void;
+        let b = blocks(base, &[1, 2], [12isize, 0].into_iter(), |_| &t);
+        assert_eq!((b.k.clone(), b.d.clone()), (vec![2, 4], vec![0, 2]));
+        // SAFETY: every run lies in `src`.
+        let packed = unsafe { b.l.pack() };
+        assert_eq!(packed, [13, 15, 1, 3, 5, 7]);
+        let mut dst = vec![0xeeu8; 16];
+        let db = blocks(
+            dst.as_mut_ptr() as *const c_void,
+            &[1, 2],
+            [12isize, 0].into_iter(),
+            |_| &t,
+        );
+        let mut u = db.l.recv();
+        u.data.copy_from_slice(&packed);
+        assert!(u.writes());
+        // SAFETY: every run lies in `dst`, which outlives `u`'s use.
+        unsafe { u.finish() };
+        let e = 0xee;
+        assert_eq!(
+            dst,
+            [e, 1, e, 3, e, 5, e, 7, e, e, e, e, e, 13, e, 15],
+            "data where the blocks are, the gaps and the hole untouched"
+        );
+        // The root's own block alone (in-place gatherv).
+        // SAFETY: run 1 lies in `src`.
+        assert_eq!(unsafe { b.l.pack_alone(1) }, [1, 3, 5, 7]);
+    }
 }
