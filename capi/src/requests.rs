@@ -2,6 +2,12 @@
 //! caller's memory (or a staging buffer of the entry's), owned by the
 //! request table until `MPI_Wait`/`MPI_Test` completes it. An entry is
 //! taken out of its slot while it is waited for or tested.
+//!
+//! Every completion (Wait, Test, their -all/-any/-some forms,
+//! Request_get_status, Finalize) goes through `settle`, which drops the
+//! finished operation and then unpacks a staged receive (a point-to-point
+//! one, or a collective's on a non-contiguous type, `packed.rs`) into the
+//! caller's buffer: once, as `settle` runs once per operation.
 
 use std::os::raw::c_int;
 
