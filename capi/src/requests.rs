@@ -4,8 +4,8 @@
 //! taken out of its slot while it is waited for or tested.
 //!
 //! Every completion (Wait, Test, their -all/-any/-some forms,
-//! Request_get_status, Finalize) goes through `settle`, which drops the
-//! finished operation and then unpacks a staged receive (a point-to-point
+//! Request_get_status, Finalize) goes through `settle`, which, the
+//! operation being done, unpacks a staged receive (a point-to-point
 //! one, or a collective's on a non-contiguous type, `packed.rs`) into the
 //! caller's buffer: once, as `settle` runs once per operation.
 
