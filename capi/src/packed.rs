@@ -247,20 +247,21 @@ fn blocks<'t>(
 /// The blocks of a v-form buffer (displacements in extents of `t`).
 ///
 /// # Safety
-/// `counts` and `displs` hold `n` entries (MPI's contract).
+/// `counts` and `displs` hold `n` entries (MPI's contract). `what` names
+/// the counts, the displacements and the buffer in errors.
 unsafe fn v_blocks(
     base: *const c_void,
     counts: *const c_int,
     displs: *const c_int,
     n: usize,
     t: &Ty,
-    what: (&str, &str),
+    what: (&str, &str, &str),
 ) -> R<Blocks> {
     // SAFETY: the caller's contract.
     let (k, d) = unsafe { (entries(counts, n, what.0)?, entries(displs, n, what.1)?) };
     let i = info(t);
     let b = blocks(base, &k, d.iter().map(|&x| x as isize * i.extent), |_| &i);
-    check_null(base, b.l.len, t, "buffer")?;
+    check_null(base, b.l.len, t, what.2)?;
     Ok(b)
 }
 
@@ -695,7 +696,16 @@ pub unsafe fn gather_scatter_v(
     let all_b = match (am_root, all_t) {
         (true, Some(t)) => {
             // SAFETY: one entry per rank at the root (MPI's contract).
-            let b = unsafe { v_blocks(all, counts, displs, n, t, ("counts", "displs")) }?;
+            let b = unsafe {
+                v_blocks(
+                    all,
+                    counts,
+                    displs,
+                    n,
+                    t,
+                    ("counts", "displs", "the root's buffer"),
+                )
+            }?;
             Some(b)
         }
         _ => None,
@@ -809,7 +819,16 @@ pub unsafe fn allgatherv(
 ) -> R<()> {
     let n = c.size();
     // SAFETY: one entry per rank (MPI's contract).
-    let b = unsafe { v_blocks(rbuf, counts, displs, n, rt, ("recvcounts", "displs")) }?;
+    let b = unsafe {
+        v_blocks(
+            rbuf,
+            counts,
+            displs,
+            n,
+            rt,
+            ("recvcounts", "displs", "receive buffer"),
+        )
+    }?;
     let (k, d) = (b.k.clone(), b.d.clone());
     let mut back = b.l.recv();
     let mut keep = Vec::new();
@@ -860,7 +879,7 @@ unsafe fn side_blocks(base: *const c_void, side: &Side, n: usize, send: bool) ->
     };
     match side {
         // SAFETY: the caller's contract.
-        Side::V(k, d, t) => unsafe { v_blocks(base, *k, *d, n, t, (what.0, what.1)) },
+        Side::V(k, d, t) => unsafe { v_blocks(base, *k, *d, n, t, what) },
         Side::W(k, d, ts) => {
             // SAFETY: the caller's contract.
             let (kk, dd, hs) = unsafe {
