@@ -5,6 +5,8 @@
  * gaps at GAP and its data at UNSET; after each call the whole buffer is
  * compared with what MPI specifies: the data where blocks land, UNSET
  * where no block lands (the holes between v-blocks), GAP in every gap.
+ * In-place and mixed (contiguous against vector) forms too, and
+ * MPI_Request_free's refusal of an active request that has to unpack.
  * Runs on any number of ranks; prints "derived_coll: ok" on rank 0 when
  * every check passed, exits non-zero otherwise. */
 #include <mpi.h>
@@ -272,6 +274,144 @@ int main(int argc, char **argv) {
         MPI_Reduce_scatter(MPI_IN_PLACE, ip, rc, vec, MPI_SUM, MPI_COMM_WORLD);
         same("reduce_scatter in place", ip, ipw, rc[rank]);
         free(rc); free(s); free(r); free(want); free(ip); free(ipw);
+    }
+
+    /* In place, mixed sides (a contiguous MPI_DOUBLE side against the
+     * vector), and the other nonblocking v/w forms. */
+    {
+        /* Igather and Iscatter in place at the root (0). */
+        double *g = buf(n * C), *gw = buf(n * C), *own = buf(C);
+        if (rank == 0) {
+            fill(g, 0, C, 0);
+            for (int q = 0; q < n; q++) fill(gw, q * C, C, q * 100);
+        } else {
+            fill(own, 0, C, rank * 100);
+        }
+        if (rank == 0) MPI_Igather(MPI_IN_PLACE, C, vec, g, C, vec, 0, MPI_COMM_WORLD, &rq[0]);
+        else MPI_Igather(own, C, vec, NULL, 0, vec, 0, MPI_COMM_WORLD, &rq[0]);
+        wait1(&rq[0]);
+        if (rank == 0) same("igather in place", g, gw, n * C);
+        double *sc = buf(n * C), *scw = buf(n * C), *mine = buf(C), *minew = buf(C);
+        if (rank == 0) { fill(sc, 0, n * C, 5000); memcpy(scw, sc, sizeof(double) * n * C * EXT); }
+        fill(minew, 0, C, 5000 + rank * C * W);
+        if (rank == 0) MPI_Iscatter(sc, C, vec, MPI_IN_PLACE, C, vec, 0, MPI_COMM_WORLD, &rq[0]);
+        else MPI_Iscatter(NULL, 0, vec, mine, C, vec, 0, MPI_COMM_WORLD, &rq[0]);
+        wait1(&rq[0]);
+        if (rank == 0) same("iscatter in place (root's buffer)", sc, scw, n * C);
+        else same("iscatter in place (others)", mine, minew, C);
+        free(g); free(gw); free(own); free(sc); free(scw); free(mine); free(minew);
+    }
+    {
+        /* Iallgather and Ialltoall in place. */
+        double *g = buf(n * C), *gw = buf(n * C);
+        fill(g, rank * C, C, rank * 100);
+        for (int q = 0; q < n; q++) fill(gw, q * C, C, q * 100);
+        MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, g, C, vec, MPI_COMM_WORLD, &rq[0]);
+        wait1(&rq[0]);
+        same("iallgather in place", g, gw, n * C);
+        double *a = buf(n * C), *aw = buf(n * C);
+        for (int q = 0; q < n; q++) {
+            fill(a, q * C, C, rank * 1000 + q * 100);
+            fill(aw, q * C, C, q * 1000 + rank * 100);
+        }
+        MPI_Ialltoall(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, a, C, vec, MPI_COMM_WORLD, &rq[0]);
+        wait1(&rq[0]);
+        same("ialltoall in place", a, aw, n * C);
+        free(g); free(gw); free(a); free(aw);
+    }
+    {
+        /* Mixed: contiguous doubles sent, vectors received (Iallgather);
+         * vectors sent, contiguous doubles received (Igather at 0). */
+        double *cs = malloc(sizeof(double) * C * W), *r = buf(n * C), *want = buf(n * C);
+        for (int i = 0; i < C * W; i++) cs[i] = rank * 100 + i;
+        for (int q = 0; q < n; q++) fill(want, q * C, C, q * 100);
+        MPI_Iallgather(cs, C * W, MPI_DOUBLE, r, C, vec, MPI_COMM_WORLD, &rq[0]);
+        wait1(&rq[0]);
+        same("iallgather doubles into vectors", r, want, n * C);
+        double *vs = buf(C), *cr = malloc(sizeof(double) * n * C * W);
+        fill(vs, 0, C, rank * 100);
+        MPI_Igather(vs, C, vec, cr, C * W, MPI_DOUBLE, 0, MPI_COMM_WORLD, &rq[0]);
+        wait1(&rq[0]);
+        if (rank == 0)
+            for (int q = 0; q < n; q++)
+                for (int i = 0; i < C * W; i++)
+                    CHECK(cr[q * C * W + i] == q * 100 + i, "igather vectors into doubles: rank %d's %d is %g", q, i, cr[q * C * W + i]);
+        free(cs); free(r); free(want); free(vs); free(cr);
+    }
+    {
+        /* Iscatterv and Iallgatherv (MPI_Testall loop), then in place. */
+        double *s = buf(tot), *r = buf(cnt(rank)), *rw = buf(cnt(rank));
+        double *ag = buf(cnt(rank)), *agr = buf(tot), *agw = buf(tot);
+        if (rank == 0) for (int q = 0; q < n; q++) fill(s, d[q], cnt(q), 5000 + q * 100);
+        fill(rw, 0, cnt(rank), 5000 + rank * 100);
+        fill(ag, 0, cnt(rank), rank * 100);
+        for (int q = 0; q < n; q++) fill(agw, d[q], cnt(q), q * 100);
+        MPI_Iscatterv(s, k, d, vec, r, cnt(rank), vec, 0, MPI_COMM_WORLD, &rq[0]);
+        MPI_Iallgatherv(ag, cnt(rank), vec, agr, k, d, vec, MPI_COMM_WORLD, &rq[1]);
+        do { MPI_Testall(2, rq, &flag, MPI_STATUSES_IGNORE); } while (!flag);
+        same("iscatterv", r, rw, cnt(rank));
+        same("iallgatherv", agr, agw, tot);
+        /* In place: Igatherv and Iscatterv at the root, Iallgatherv. */
+        double *g = buf(tot), *gw = buf(tot);
+        if (rank == 0) {
+            fill(g, d[0], cnt(0), 0);
+            for (int q = 0; q < n; q++) fill(gw, d[q], cnt(q), q * 100);
+            MPI_Igatherv(MPI_IN_PLACE, 0, vec, g, k, d, vec, 0, MPI_COMM_WORLD, &rq[0]);
+        } else {
+            MPI_Igatherv(ag, cnt(rank), vec, NULL, NULL, NULL, vec, 0, MPI_COMM_WORLD, &rq[0]);
+        }
+        wait1(&rq[0]);
+        if (rank == 0) same("igatherv in place", g, gw, tot);
+        double *sv = buf(tot), *svw = buf(tot), *sr = buf(cnt(rank));
+        if (rank == 0) {
+            for (int q = 0; q < n; q++) fill(sv, d[q], cnt(q), 5000 + q * 100);
+            memcpy(svw, sv, sizeof(double) * tot * EXT);
+            MPI_Iscatterv(sv, k, d, vec, MPI_IN_PLACE, 0, vec, 0, MPI_COMM_WORLD, &rq[0]);
+        } else {
+            MPI_Iscatterv(NULL, NULL, NULL, vec, sr, cnt(rank), vec, 0, MPI_COMM_WORLD, &rq[0]);
+        }
+        wait1(&rq[0]);
+        if (rank == 0) same("iscatterv in place (root's buffer)", sv, svw, tot);
+        else same("iscatterv in place (others)", sr, rw, cnt(rank));
+        double *ip = buf(tot);
+        fill(ip, d[rank], cnt(rank), rank * 100);
+        MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, ip, k, d, vec, MPI_COMM_WORLD, &rq[0]);
+        wait1(&rq[0]);
+        same("iallgatherv in place", ip, agw, tot);
+        free(s); free(r); free(rw); free(ag); free(agr); free(agw); free(g); free(gw);
+        free(sv); free(svw); free(sr); free(ip);
+    }
+    {
+        /* Ialltoallv in place, Ialltoallw, Ireduce_scatter_block. */
+        int *rk = malloc(sizeof(int) * n), *rd = malloc(sizeof(int) * n);
+        int *rdb = malloc(sizeof(int) * n);
+        MPI_Datatype *ts = malloc(sizeof(MPI_Datatype) * n);
+        /* In place, what rank r receives from q is what it sends to q:
+         * symmetric counts a2a(r, q) == a2a(q, r). */
+        for (int q = 0; q < n; q++) rk[q] = a2a(q, rank);
+        int rtot = reversed(a2a_from, rank, rd);
+        for (int q = 0; q < n; q++) { rdb[q] = rd[q] * EXT * 8; ts[q] = vec; }
+        double *a = buf(rtot), *aw = buf(rtot);
+        for (int q = 0; q < n; q++) {
+            fill(a, rd[q], rk[q], rank * 1000 + q * 100);
+            fill(aw, rd[q], rk[q], q * 1000 + rank * 100);
+        }
+        MPI_Ialltoallv(MPI_IN_PLACE, NULL, NULL, MPI_DATATYPE_NULL, a, rk, rd, vec, MPI_COMM_WORLD, &rq[0]);
+        wait1(&rq[0]);
+        same("ialltoallv in place", a, aw, rtot);
+        double *ws = buf(rtot), *wr = buf(rtot);
+        for (int q = 0; q < n; q++) fill(ws, rd[q], rk[q], rank * 1000 + q * 100);
+        MPI_Ialltoallw(ws, rk, rdb, ts, wr, rk, rdb, ts, MPI_COMM_WORLD, &rq[0]);
+        wait1(&rq[0]);
+        same("ialltoallw", wr, aw, rtot);
+        double *rs = buf(n * C), *rr = buf(C), *rw = buf(C);
+        fill(rs, 0, n * C, rank);
+        for (int i = 0; i < C * W; i++) *at(rw, 0, i) = n * (n - 1) / 2.0 + (double)n * (rank * C * W + i);
+        MPI_Ireduce_scatter_block(rs, rr, C, vec, MPI_SUM, MPI_COMM_WORLD, &rq[0]);
+        wait1(&rq[0]);
+        same("ireduce_scatter_block", rr, rw, C);
+        free(rk); free(rd); free(rdb); free(ts); free(a); free(aw); free(ws); free(wr);
+        free(rs); free(rr); free(rw);
     }
 
     /* What stays unsupported is an error naming the call and the type: a
