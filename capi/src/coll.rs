@@ -1,9 +1,16 @@
 //! Collectives, blocking and nonblocking, on ibcoll's collectives: data
 //! moves as bytes (counts times the type's size); reductions go through
 //! ibcoll's byte-level forms with the kernel of (operation, type).
-//! Blocking collectives on non-contiguous derived types pack and unpack
-//! around the contiguous ones (`packed.rs`); the nonblocking ones take
-//! contiguous types (every predefined one, and contiguous derived ones).
+//! Contiguous types (every predefined one, and contiguous derived ones)
+//! go straight from and into the caller's buffers. Any call with a
+//! non-contiguous derived type on either side, blocking or nonblocking,
+//! uniform or v/w-form, goes to `packed.rs`: the send side is packed when
+//! the call is made, the byte-level collective runs on staging buffers,
+//! and the receive side is unpacked into the caller's elements when the
+//! operation completes (for a nonblocking call, the staging buffers
+//! belong to its request, and its completion in `requests.rs` unpacks).
+//! Reductions on such types need one predefined element kind and a
+//! predefined operation.
 
 use std::os::raw::{c_int, c_void};
 use std::rc::Rc;
@@ -11,14 +18,12 @@ use std::rc::Rc;
 use ibcoll::{static_scope, CollRequest, Comm};
 
 use crate::abi::*;
-use crate::buffers::{
-    basic_len, bytes, bytes_mut, forever, forever_mut, is_in_place, put, wire_len,
-};
+use crate::buffers::{basic_len, bytes, bytes_mut, forever, forever_mut, is_in_place, wire_len};
 use crate::datatype::{basic, carray, ty, Ty};
 use crate::error::{call, err, R};
 use crate::ops::{kernel, predefined};
 use crate::packed;
-use crate::requests::{self, Pending, ReqEntry};
+use crate::requests;
 use crate::state::{self, index};
 
 /// Where a call's request goes: `None` for a blocking call.
@@ -46,23 +51,6 @@ fn bad_root(c: &Comm, root: c_int) -> R<usize> {
     }
 }
 
-#[inline(always)]
-fn contiguous(dt: MPI_Datatype) -> R<Ty> {
-    let t = ty(dt)?;
-    if !t.is_contiguous() {
-        return not_contiguous(dt);
-    }
-    Ok(t)
-}
-
-#[cold]
-fn not_contiguous<T>(dt: MPI_Datatype) -> R<T> {
-    err(
-        MPI_ERR_TYPE,
-        format!("datatype {dt:#x} is not contiguous: collectives take contiguous types"),
-    )
-}
-
 /// Stores a started nonblocking collective as a request.
 fn store(
     req: *mut MPI_Request,
@@ -70,9 +58,7 @@ fn store(
     comm: MPI_Comm,
     keep: Vec<Vec<u8>>,
 ) -> R<()> {
-    let mut e = ReqEntry::new(Pending::Coll(r), comm);
-    e.keep = keep;
-    put(req, requests::add(e)?, "request")
+    requests::store_coll(req, r, comm, keep, None)
 }
 
 fn check_req(req: Req) -> R<()> {
@@ -175,16 +161,13 @@ unsafe fn bcast(
         // contract).
         return Ok(c.bcast(unsafe { bytes_mut(buf, n) }, root)?);
     }
-    if req.is_none() {
-        let t = ty(dt)?;
-        if !t.is_contiguous() {
-            let c = state::comm(comm)?;
-            let root = check_root(&c, root)?;
-            // SAFETY: MPI's contract, passed on.
-            return unsafe { packed::bcast(&c, &t, buf, count, root) };
-        }
+    let t = ty(dt)?;
+    if !t.is_contiguous() {
+        let c = state::comm(comm)?;
+        let root = check_root(&c, root)?;
+        // SAFETY: MPI's contract, passed on.
+        return unsafe { packed::bcast(&c, &t, buf, count, root, req, comm) };
     }
-    let t = contiguous(dt)?;
     if req.is_none() {
         // SAFETY: MPI's contract, passed on.
         return state::with_comm(comm, |c| unsafe {
@@ -286,7 +269,7 @@ unsafe fn reduction(
         }
     }
     let t = ty(dt)?;
-    if req.is_none() && !t.is_contiguous() {
+    if !t.is_contiguous() {
         let c = state::comm(comm)?;
         let k = match kind {
             Red::Reduce(r) => packed::Red::Reduce(check_root(&c, r)?),
@@ -295,7 +278,7 @@ unsafe fn reduction(
             Red::Exscan => packed::Red::Exscan,
         };
         // SAFETY: MPI's contract, passed on.
-        return unsafe { packed::reduction(&c, &t, sbuf, rbuf, count, dt, op, k) };
+        return unsafe { packed::reduction(&c, &t, sbuf, rbuf, count, dt, op, k, req, comm) };
     }
     if req.is_none() && index(op, OP_DYN).is_none() {
         // A predefined operation runs no user code: the communicator is
@@ -533,21 +516,29 @@ unsafe fn reduce_scatter(
     check_req(req)?;
     let c = state::comm(comm)?;
     let t = ty(dt)?;
-    let (k, esize, per) = kernel(op, dt, &t)?;
     let n = c.size();
-    let w = t.wire();
     with_scratch(|sc| {
+        // Each rank's count of elements of `t`.
         let v = &mut sc[0];
         if is_block {
             if block < 0 {
                 return err(MPI_ERR_COUNT, format!("recvcount {block} is negative"));
             }
             v.clear();
-            v.resize(n, block as usize * per);
+            v.resize(n, block as usize);
         } else {
             // SAFETY: `counts` has one entry per rank (MPI's contract).
-            unsafe { scaled(counts, n, per, "recvcounts", v) }?;
+            unsafe { scaled(counts, n, 1, "recvcounts", v) }?;
         }
+        if !t.is_contiguous() {
+            // SAFETY: MPI's contract, passed on.
+            return unsafe {
+                packed::reduce_scatter(&c, &t, sbuf, rbuf, v, is_block, dt, op, req, comm)
+            };
+        }
+        let (k, esize, per) = kernel(op, dt, &t)?;
+        // From elements of `t` to elements of the kernel.
+        v.iter_mut().for_each(|x| *x *= per);
         let total: usize = v.iter().sum::<usize>() * esize;
         let mine = v[c.rank()] * esize;
         let in_place = is_in_place(sbuf);
@@ -556,7 +547,6 @@ unsafe fn reduce_scatter(
         {
             return err(MPI_ERR_BUFFER, "a buffer is a null pointer");
         }
-        let _ = w;
         // SAFETY: the send buffer holds the whole input, the receive
         // buffer this rank's block (or, in place, the whole input); a
         // nonblocking call's buffers stay valid until it completes.
@@ -702,35 +692,32 @@ unsafe fn gather_scatter(
         (sbuf, scount, stype, rbuf, rcount, rtype)
     };
     let in_place = is_root && is_in_place(own_buf);
-    if req.is_none() {
-        let own_t = if in_place { None } else { Some(ty(own_type)?) };
-        let all_t = if is_root { Some(ty(all_type)?) } else { None };
-        if packed::needed(&[own_t.as_ref(), all_t.as_ref()]) {
-            // SAFETY: MPI's contract, passed on.
-            return unsafe {
-                packed::gather_scatter(
-                    &c,
-                    scatter,
-                    own_buf as *mut c_void,
-                    own_count,
-                    own_t.as_ref(),
-                    all_buf,
-                    all_count,
-                    all_t.as_ref(),
-                    root,
-                )
-            };
-        }
+    let own_t = if in_place { None } else { Some(ty(own_type)?) };
+    let all_t = if is_root { Some(ty(all_type)?) } else { None };
+    if packed::needed(&[own_t.as_ref(), all_t.as_ref()]) {
+        // SAFETY: MPI's contract, passed on.
+        return unsafe {
+            packed::gather_scatter(
+                &c,
+                scatter,
+                own_buf as *mut c_void,
+                own_count,
+                own_t.as_ref(),
+                all_buf,
+                all_count,
+                all_t.as_ref(),
+                root,
+                req,
+                comm,
+            )
+        };
     }
-    let own = if in_place {
-        0
-    } else {
-        let t = contiguous(own_type)?;
-        wire_len(own_buf, own_count, &t)?
+    let own = match &own_t {
+        None => 0,
+        Some(t) => wire_len(own_buf, own_count, t)?,
     };
-    let all = if is_root {
-        let t = contiguous(all_type)?;
-        let b = wire_len(all_buf, all_count, &t)?;
+    let all = if let Some(t) = &all_t {
+        let b = wire_len(all_buf, all_count, t)?;
         if !in_place {
             same(name, own, b)?;
         }
@@ -876,13 +863,33 @@ unsafe fn gather_scatter_v(
     let me = c.rank();
     let is_root = me == root;
     let in_place = is_root && is_in_place(own_buf);
+    let own_t = if in_place { None } else { Some(ty(own_type)?) };
+    let all_t = if is_root { Some(ty(all_type)?) } else { None };
+    if packed::needed(&[own_t.as_ref(), all_t.as_ref()]) {
+        // SAFETY: MPI's contract, passed on.
+        return unsafe {
+            packed::gather_scatter_v(
+                &c,
+                scatter,
+                own_buf as *mut c_void,
+                own_count,
+                own_t.as_ref(),
+                all_buf,
+                counts,
+                displs,
+                all_t.as_ref(),
+                root,
+                req,
+                comm,
+            )
+        };
+    }
     with_scratch(|sc| {
         let [k, d, _, _] = sc;
         k.clear();
         d.clear();
         let mut whole: &mut [u8] = &mut [];
-        if is_root {
-            let t = contiguous(all_type)?;
+        if let Some(t) = &all_t {
             let (w, ext) = (t.wire(), t.extent() as usize);
             // SAFETY: one entry per rank at the root (MPI's contract).
             unsafe {
@@ -906,8 +913,10 @@ unsafe fn gather_scatter_v(
             // end of this blocking call).
             unsafe { forever_mut(v) }
         } else {
-            let t = contiguous(own_type)?;
-            let b = wire_len(own_buf, own_count, &t)?;
+            let b = match &own_t {
+                Some(t) => wire_len(own_buf, own_count, t)?,
+                None => 0,
+            };
             // SAFETY: MPI's contract for the caller's block.
             unsafe { bytes_mut(own_buf as *mut c_void, b) }
         };
@@ -1079,23 +1088,26 @@ unsafe fn all_to(
         }
         return Ok(());
     }
-    if req.is_none() {
-        let rt = ty(rtype)?;
-        let st = if in_place { None } else { Some(ty(stype)?) };
-        if packed::needed(&[Some(&rt), st.as_ref()]) {
-            let c = state::comm(comm)?;
-            // SAFETY: MPI's contract, passed on.
-            return unsafe {
-                packed::all_to(&c, alltoall, sbuf, scount, st.as_ref(), rbuf, rcount, &rt)
-            };
-        }
+    let rt = ty(rtype)?;
+    let st = if in_place { None } else { Some(ty(stype)?) };
+    if packed::needed(&[Some(&rt), st.as_ref()]) {
+        let c = state::comm(comm)?;
+        // SAFETY: MPI's contract, passed on.
+        return unsafe {
+            packed::all_to(
+                &c,
+                alltoall,
+                sbuf,
+                scount,
+                st.as_ref(),
+                rbuf,
+                rcount,
+                &rt,
+                req,
+                comm,
+            )
+        };
     }
-    let rt = contiguous(rtype)?;
-    let st = if in_place {
-        None
-    } else {
-        Some(contiguous(stype)?)
-    };
     let body = |c: &Comm| -> R<()> {
         // SAFETY: MPI's contract, passed on.
         unsafe {
@@ -1265,8 +1277,26 @@ unsafe fn allgatherv(
     check_req(req)?;
     let c = state::comm(comm)?;
     let n = c.size();
-    let rt = contiguous(rtype)?;
+    let rt = ty(rtype)?;
     let in_place = is_in_place(sbuf);
+    let st = if in_place { None } else { Some(ty(stype)?) };
+    if packed::needed(&[Some(&rt), st.as_ref()]) {
+        // SAFETY: MPI's contract, passed on.
+        return unsafe {
+            packed::allgatherv(
+                &c,
+                sbuf,
+                scount,
+                st.as_ref(),
+                rbuf,
+                counts,
+                displs,
+                &rt,
+                req,
+                comm,
+            )
+        };
+    }
     with_scratch(|sc| {
         let [k, d, _, _] = sc;
         // SAFETY: one entry per rank (MPI's contract).
@@ -1281,15 +1311,15 @@ unsafe fn allgatherv(
         // SAFETY: MPI's contract; a nonblocking call's buffers stay valid
         // until it completes.
         let rb = unsafe { bytes_mut(rbuf, total) };
-        if in_place {
+        // `st` is `None` exactly for MPI_IN_PLACE.
+        let Some(st) = &st else {
             let r = match req {
                 None => return Ok(c.allgatherv_in_place(rb, k, d)?),
                 Some(_) => c.iallgatherv_in_place(static_scope(), rb, k, d)?,
             };
             return store(req.unwrap_or(std::ptr::null_mut()), r, comm, Vec::new());
-        }
-        let st = contiguous(stype)?;
-        let sn = wire_len(sbuf, scount, &st)?;
+        };
+        let sn = wire_len(sbuf, scount, st)?;
         // SAFETY: as above.
         let sb = unsafe { bytes(sbuf, sn) };
         let r = match req {
@@ -1360,8 +1390,15 @@ unsafe fn alltoallv(
     check_req(req)?;
     let c = state::comm(comm)?;
     let n = c.size();
-    let rt = contiguous(rtype)?;
+    let rt = ty(rtype)?;
     let in_place = is_in_place(sbuf);
+    let st = if in_place { None } else { Some(ty(stype)?) };
+    if packed::needed(&[Some(&rt), st.as_ref()]) {
+        let send = st.as_ref().map(|t| packed::Side::V(scounts, sdispls, t));
+        let recv = packed::Side::V(rcounts, rdispls, &rt);
+        // SAFETY: MPI's contract, passed on.
+        return unsafe { packed::alltoallv(&c, false, sbuf, send, rbuf, recv, req, comm) };
+    }
     with_scratch(|sc| {
         let [sk, sd, rk, rd] = sc;
         // SAFETY: one entry per rank (MPI's contract).
@@ -1377,27 +1414,29 @@ unsafe fn alltoallv(
         // until it completes.
         let rb = unsafe { bytes_mut(rbuf, rtotal) };
         let mut keep = Vec::new();
-        let sb: &[u8] = if in_place {
-            // The input is what the receive buffer holds now.
-            keep.push(rb.to_vec());
-            sk.clone_from(rk);
-            sd.clone_from(rd);
-            // SAFETY: the copy is kept with the request (or lives to the
-            // end of this blocking call).
-            unsafe { forever(&keep[0]) }
-        } else {
-            let st = contiguous(stype)?;
-            // SAFETY: one entry per rank (MPI's contract).
-            unsafe {
-                scaled(scounts, n, st.wire(), "sendcounts", sk)?;
-                scaled(sdispls, n, st.extent() as usize, "sdispls", sd)?;
+        let sb: &[u8] = match &st {
+            None => {
+                // In place: the input is what the receive buffer holds now.
+                keep.push(rb.to_vec());
+                sk.clone_from(rk);
+                sd.clone_from(rd);
+                // SAFETY: the copy is kept with the request (or lives to
+                // the end of this blocking call).
+                unsafe { forever(&keep[0]) }
             }
-            let stotal = span(sk, sd);
-            if stotal > 0 && sbuf.is_null() {
-                return err(MPI_ERR_BUFFER, "send buffer is a null pointer");
+            Some(st) => {
+                // SAFETY: one entry per rank (MPI's contract).
+                unsafe {
+                    scaled(scounts, n, st.wire(), "sendcounts", sk)?;
+                    scaled(sdispls, n, st.extent() as usize, "sdispls", sd)?;
+                }
+                let stotal = span(sk, sd);
+                if stotal > 0 && sbuf.is_null() {
+                    return err(MPI_ERR_BUFFER, "send buffer is a null pointer");
+                }
+                // SAFETY: as above.
+                unsafe { bytes(sbuf, stotal) }
             }
-            // SAFETY: as above.
-            unsafe { bytes(sbuf, stotal) }
         };
         let r = match req {
             None => return Ok(c.alltoallv(sb, sk, sd, rb, rk, rd)?),
@@ -1460,8 +1499,9 @@ pub unsafe extern "C" fn MPI_Ialltoallv(
 #[allow(dead_code)]
 fn keep_alive(_: Rc<Comm>) {}
 
-/// Alltoallw with contiguous types: an alltoallv of bytes (counts times
-/// each peer's type size, displacements in bytes as Alltoallw has them).
+/// Alltoallw: an alltoallv of bytes (counts times each peer's type size,
+/// displacements in bytes as Alltoallw has them); with a non-contiguous
+/// type anywhere, of the packed bytes (`packed::alltoallv`).
 unsafe fn alltoallw(
     sbuf: *const c_void,
     scounts: *const c_int,
@@ -1478,6 +1518,22 @@ unsafe fn alltoallw(
     let c = state::comm(comm)?;
     let n = c.size();
     let in_place = is_in_place(sbuf);
+    let staged = |types: *const MPI_Datatype| -> R<bool> {
+        // SAFETY: one entry per rank (MPI's contract).
+        let t = unsafe { carray(types, n, "types")? };
+        for &h in t {
+            if !ty(h)?.is_contiguous() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    };
+    if staged(rtypes)? || (!in_place && staged(stypes)?) {
+        let send = (!in_place).then_some(packed::Side::W(scounts, sdispls, stypes));
+        let recv = packed::Side::W(rcounts, rdispls, rtypes);
+        // SAFETY: MPI's contract, passed on.
+        return unsafe { packed::alltoallv(&c, true, sbuf, send, rbuf, recv, req, comm) };
+    }
     let layout = |counts: *const c_int,
                   displs: *const c_int,
                   types: *const MPI_Datatype|
@@ -1499,7 +1555,7 @@ unsafe fn alltoallw(
                     format!("block {i}: count {} at {}", k[i], d[i]),
                 );
             }
-            kb.push(k[i] as usize * contiguous(t[i])?.wire());
+            kb.push(k[i] as usize * ty(t[i])?.wire());
             db.push(d[i] as usize);
         }
         Ok((kb, db))

@@ -2,6 +2,12 @@
 //! caller's memory (or a staging buffer of the entry's), owned by the
 //! request table until `MPI_Wait`/`MPI_Test` completes it. An entry is
 //! taken out of its slot while it is waited for or tested.
+//!
+//! Every completion (Wait, Test, their -all/-any/-some forms,
+//! Request_get_status, Finalize) goes through `settle`, which, the
+//! operation being done, unpacks a staged receive (a point-to-point
+//! one, or a collective's on a non-contiguous type, `packed.rs`) into the
+//! caller's buffer: once, as `settle` runs once per operation.
 
 use std::os::raw::c_int;
 
@@ -10,6 +16,7 @@ use ibcoll::{CollRequest, Request, Status};
 use crate::abi::*;
 use crate::buffers::{put, put_status, Staged};
 use crate::error::{call, err, fail, MpiErr, R};
+use crate::packed::Unpack;
 use crate::state::{self, index};
 
 pub enum Pending {
@@ -28,6 +35,9 @@ pub struct ReqEntry {
     pub done: Option<(MPI_Status, Option<MpiErr>)>,
     /// A receive of a non-contiguous type lands here first.
     pub staged: Option<Staged>,
+    /// A collective on a non-contiguous type receives here first; its
+    /// completion unpacks it into the caller's elements.
+    pub unpack: Option<Unpack>,
     /// Memory the operation reads until it is done (packed sends,
     /// converted layouts).
     pub keep: Vec<Vec<u8>>,
@@ -56,6 +66,7 @@ impl ReqEntry {
             comm,
             done: None,
             staged: None,
+            unpack: None,
             keep: Vec::new(),
             persist: None,
         }
@@ -142,6 +153,22 @@ pub fn failed_status_in(c: &ibcoll::Comm, e: &ibcoll::Error) -> MPI_Status {
     s
 }
 
+/// Stores a started nonblocking collective as a request, with the
+/// staging buffers it reads (`keep`) and writes (`unpack`) until it is
+/// done.
+pub fn store_coll(
+    req: *mut MPI_Request,
+    r: CollRequest<'static>,
+    comm: MPI_Comm,
+    keep: Vec<Vec<u8>>,
+    unpack: Option<Unpack>,
+) -> R<()> {
+    let mut e = ReqEntry::new(Pending::Coll(r), comm);
+    e.keep = keep;
+    e.unpack = unpack;
+    put(req, add(e)?, "request")
+}
+
 /// Registers `e`; gives its handle.
 pub fn add(e: ReqEntry) -> R<MPI_Request> {
     state::with(|st| {
@@ -193,7 +220,16 @@ fn settle(e: &mut ReqEntry, r: Result<Option<Status>, ibcoll::Error>) {
         // one it was posted for (MPI's contract).
         unsafe { st.finish(s.count()) };
     }
+    // The operation is dropped (it is done) before its staging buffer is
+    // read.
     e.op = Pending::Done;
+    if let Some(u) = e.unpack.take() {
+        if x.is_none() {
+            // SAFETY: the collective is done; the caller's buffers are
+            // still those it was started on (MPI's contract).
+            unsafe { u.finish() };
+        }
+    }
     e.done = Some((s, x));
 }
 
@@ -676,8 +712,27 @@ pub unsafe extern "C" fn MPI_Request_free(req: *mut MPI_Request) -> c_int {
             return err(MPI_ERR_REQUEST, "request is MPI_REQUEST_NULL");
         }
         let (i, mut e) = take(*r)?;
-        *r = MPI_REQUEST_NULL;
         let done = test_entry(&mut e);
+        if !done {
+            if let Some(u) = e.unpack.as_ref().filter(|u| u.writes()) {
+                // Its data reaches the caller's buffer only when a
+                // completion call unpacks it, which a freed request never
+                // gets; MPI makes freeing an active nonblocking collective
+                // request erroneous anyway. The request stays valid.
+                let call = u.call;
+                put_back(i, e);
+                return err(
+                    MPI_ERR_REQUEST,
+                    format!(
+                        "the request of {call} (on a non-contiguous datatype) is still \
+                         active: complete it with MPI_Wait or MPI_Test, which unpack its \
+                         data into the receive buffer; freeing an active nonblocking \
+                         collective request is erroneous"
+                    ),
+                );
+            }
+        }
+        *r = MPI_REQUEST_NULL;
         release(i);
         if !done {
             // Finished later: at MPI_Finalize (or dropped, which waits).
