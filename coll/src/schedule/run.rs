@@ -31,9 +31,10 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::{Buf, Schedule, Slice, Step};
+use crate::engine::notice::NOTICE_MASK;
 use crate::engine::ops::{Op as EngOp, OpKind, Token};
 use crate::engine::{Engine, Posted2};
-use crate::error::{Disagreement, Error, Op, Result, CALL_UNKNOWN};
+use crate::error::{Disagreement, Error, Op, Result, CALL_EARLIER, CALL_UNKNOWN};
 use crate::ops::ByteReduce;
 
 /// One rank's execution of one schedule.
@@ -66,6 +67,103 @@ pub(crate) struct Run {
     /// Memory the run reads that nobody else owns (the input copy of an
     /// in-place nonblocking alltoall): freed with the run, after it is done.
     keep: Option<Box<dyn std::any::Any>>,
+    /// The engine's notice count when the run last looked for notices
+    /// (see `engine::notice`): only a change makes it search.
+    notices_seen: u64,
+    /// Whom a disagreement this run ends with is to be told (see
+    /// [`Run::tell`]); `Tell::Nobody` once told, or for an error that is
+    /// not this run's to tell (a fast-path split, the watchdog).
+    tell: Tell,
+}
+
+/// Whom a run that fails with [`Error::Mismatch`] notifies.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Tell {
+    /// Every other member: this rank found the disagreement (or a notice
+    /// of an earlier call made this call fail here).
+    All,
+    /// The run's schedule peers but `from` (a communicator rank): a notice
+    /// from `from` told this rank; the peers may wait for this rank's
+    /// messages and see it leave (a lost peer) before `from`'s notice.
+    Relay(u32),
+    Nobody,
+}
+
+/// Where a notice's call lies relative to a run's (tags of one
+/// communicator, a 29-bit sequence above `TAG_BASE`: compared modulo).
+#[derive(PartialEq, Eq)]
+enum When {
+    Same,
+    Earlier,
+    Later,
+}
+
+fn when(notice: i32, mine: i32) -> When {
+    const SEQ: i32 = 1 << 29;
+    let d = (notice - mine).rem_euclid(SEQ);
+    if d == 0 {
+        When::Same
+    } else if d < SEQ / 2 {
+        When::Later
+    } else {
+        When::Earlier
+    }
+}
+
+/// A notice's payload: whether the sender's disagreement was in an earlier
+/// call (1) or this one (0), the two world ranks, then the collective's
+/// name and the [`Disagreement`]'s three texts, each a little-endian u16
+/// length and the bytes.
+fn encode_notice(earlier: bool, err: &Error) -> Option<Vec<u8>> {
+    let Error::Mismatch {
+        op, a, b, values, ..
+    } = err
+    else {
+        return None;
+    };
+    let mut v = Vec::with_capacity(64);
+    v.push(u8::from(earlier));
+    v.extend_from_slice(&(*a as u64).to_le_bytes());
+    v.extend_from_slice(&(*b as u64).to_le_bytes());
+    let name = op.to_string();
+    for t in [&name, &values.what, &values.a_value, &values.b_value] {
+        let t = &t.as_bytes()[..t.len().min(512)];
+        v.extend_from_slice(&(t.len() as u16).to_le_bytes());
+        v.extend_from_slice(t);
+    }
+    Some(v)
+}
+
+/// What [`encode_notice`] wrote: (earlier, a, b, the collective's name,
+/// the disagreement); `None` for a payload it did not write.
+fn decode_notice(p: &[u8]) -> Option<(bool, usize, usize, String, Disagreement)> {
+    let earlier = *p.first()? != 0;
+    let word = |i: usize| -> Option<usize> {
+        Some(u64::from_le_bytes(p.get(i..i + 8)?.try_into().ok()?) as usize)
+    };
+    let (a, b) = (word(1)?, word(9)?);
+    let mut at = 17;
+    let mut text = || -> Option<String> {
+        let n = u16::from_le_bytes(p.get(at..at + 2)?.try_into().ok()?) as usize;
+        let t = String::from_utf8_lossy(p.get(at + 2..at + 2 + n)?).into_owned();
+        at += 2 + n;
+        Some(t)
+    };
+    let name = text()?;
+    let what = text()?;
+    let a_value = text()?;
+    let b_value = text()?;
+    Some((
+        earlier,
+        a,
+        b,
+        name,
+        Disagreement {
+            what,
+            a_value,
+            b_value,
+        },
+    ))
 }
 
 /// Bit that turns a collective's tag into its (never sent) sentinel tag.
@@ -133,6 +231,8 @@ impl Run {
             sentinel_posted: false,
             panic: None,
             keep: None,
+            notices_seen: 0,
+            tell: Tell::Nobody,
         })
     }
 
@@ -211,7 +311,13 @@ impl Run {
         if self.done || self.aborting {
             return;
         }
+        let first = self.err.is_none();
         self.record(err);
+        if first {
+            // Not this run's disagreement to tell (the fast path's
+            // members learn of a split from the slots).
+            self.tell = Tell::Nobody;
+        }
         if !self.sentinel_posted {
             self.done = true;
             return;
@@ -286,7 +392,8 @@ impl Run {
             || !self.posted
             || self.pending.iter().all(|&t| e.is_done(t))
             || (!self.aborting
-                && (self.pending.iter().any(|&t| Self::failed(e, t))
+                && (e.st.notices != self.notices_seen
+                    || self.pending.iter().any(|&t| Self::failed(e, t))
                     || self.sentinel.is_some_and(|t| e.is_done(t))))
     }
 
@@ -336,7 +443,108 @@ impl Run {
 
     fn record(&mut self, err: Error) {
         if self.err.is_none() {
-            self.err = Some(err.with_op(self.op));
+            let x = err.with_op(self.op);
+            if x.is_mismatch() {
+                // Found here (a message of the wrong size): the others of
+                // the call may wait for this rank, or have completed.
+                self.tell = Tell::All;
+            }
+            self.err = Some(x);
+        }
+    }
+
+    /// The first notice about this call, or about an earlier call of the
+    /// communicator that this rank completed, as the error this run fails
+    /// with and whom it tells; notices about calls this rank already failed
+    /// are dropped, those about later calls stay for them.
+    #[cold]
+    #[inline(never)]
+    fn look_for_notice(&mut self, e: &mut Engine) -> Option<(Error, Tell)> {
+        self.notices_seen = e.st.notices;
+        let mine = self.tag & NOTICE_MASK;
+        let ctx = self.ctx;
+        while let Some(n) = e.take_notice(ctx, |t| when(t, mine) != When::Later) {
+            let same = n.tag == mine;
+            if !same && e.st.failed_op(ctx, n.tag) {
+                continue;
+            }
+            let me = self.group[self.me as usize];
+            let from = self
+                .group
+                .get(n.src as usize)
+                .copied()
+                .unwrap_or(n.src as usize);
+            let (earlier, a, b, name, mut values) =
+                decode_notice(&n.payload).unwrap_or_else(|| {
+                    (
+                        false,
+                        from,
+                        me,
+                        self.op.to_string(),
+                        Disagreement {
+                            what: String::new(),
+                            a_value: "found that the ranks of this call disagree".into(),
+                            b_value: "cannot complete it without it".into(),
+                        },
+                    )
+                });
+            if !same && !earlier {
+                values.b_value = format!("{} (in that {name})", values.b_value);
+            }
+            if !same {
+                e.st.note_failed_op(ctx, n.tag);
+            }
+            let err = Error::Mismatch {
+                rank: me,
+                op: self.op,
+                call: if earlier || !same {
+                    CALL_EARLIER
+                } else {
+                    CALL_UNKNOWN
+                },
+                a,
+                b,
+                values: Box::new(values),
+            };
+            let tell = if same { Tell::Relay(n.src) } else { Tell::All };
+            return Some((err, tell));
+        }
+        None
+    }
+
+    /// Sends the disagreement this run failed with as a notice to whom
+    /// [`Run::tell`] says (once), so that no member waits for a rank that
+    /// gave up, nor completes without learning of it (its next call on the
+    /// communicator fails then).
+    #[cold]
+    #[inline(never)]
+    fn tell_now(&mut self, e: &mut Engine) {
+        let tell = std::mem::replace(&mut self.tell, Tell::Nobody);
+        let Some(x) = &self.err else { return };
+        let earlier = matches!(x, Error::Mismatch { call, .. } if *call == CALL_EARLIER);
+        let Some(p) = encode_notice(earlier, x) else {
+            return;
+        };
+        let me = self.me as usize;
+        let mut dests: Vec<usize> = match tell {
+            Tell::All => (0..self.group.len()).filter(|&r| r != me).collect(),
+            Tell::Relay(from) => self
+                .sched
+                .rounds
+                .iter()
+                .flatten()
+                .filter_map(|s| match s {
+                    Step::Send { peer, .. } | Step::Recv { peer, .. } => Some(*peer),
+                    _ => None,
+                })
+                .filter(|&r| r != me && r != from as usize)
+                .collect(),
+            Tell::Nobody => return,
+        };
+        dests.sort_unstable();
+        dests.dedup();
+        for r in dests {
+            e.send_notice(self.group[r], self.ctx, self.me, self.tag, &p);
         }
     }
 
@@ -370,6 +578,9 @@ impl Run {
     fn step_inner(&mut self, e: &mut Engine) -> usize {
         let mut work = 0;
         if !self.sentinel_posted && !self.done {
+            // A notice may wait already (this call's, from a rank ahead of
+            // this one, or an earlier call's): then the first pass looks.
+            self.notices_seen = e.st.notices - u64::from(e.st.notices_waiting > 0);
             if let Err(x) = self.post_sentinel(e) {
                 self.record(x);
                 self.done = true;
@@ -378,8 +589,14 @@ impl Run {
         }
         let n = self.step_rounds(e);
         work += n;
+        if self.tell != Tell::Nobody {
+            self.tell_now(e);
+        }
         if self.done {
             self.drop_sentinel(e);
+            if self.err.as_ref().is_some_and(Error::is_mismatch) {
+                e.st.note_failed_op(self.ctx, self.tag);
+            }
         }
         work
     }
@@ -396,6 +613,15 @@ impl Run {
                     work += 1;
                 }
                 return work;
+            }
+            if e.st.notices != self.notices_seen {
+                if let Some((x, tell)) = self.look_for_notice(e) {
+                    self.record(x);
+                    self.tell = tell;
+                    self.abort(e);
+                    work += 1;
+                    continue;
+                }
             }
             if self.round >= self.sched.rounds.len() {
                 self.done = true;
