@@ -482,7 +482,49 @@ impl<'a> FastCall<'a> {
     fn note_failure(&mut self, e: &Error) {
         if e.is_mismatch() && self.e.fast.failed == 0 {
             self.e.fast.failed = self.k;
+            self.refuse_ahead();
         }
+    }
+
+    /// Publishes [`FAIL_MARK`] for the next fast-path call already, when
+    /// its line is free without waiting (every member arrived late enough):
+    /// a member that returned from this call and waits for this rank in
+    /// the next one then fails naming the disagreement even if this rank
+    /// never calls again (returns the error and finalizes), instead of
+    /// losing it. This rank's own next call publishes the same again.
+    #[cold]
+    #[inline(never)]
+    fn refuse_ahead(&mut self) {
+        let next = self.e.fast.seq + 1;
+        let window = SLOT_LINES as u64;
+        if next > window && self.e.fast.min_other < next - window + 1 {
+            return;
+        }
+        let mine = self.locals[self.me];
+        let mark = FAIL_MARK | self.e.fast.failed as usize;
+        self.area.header(mine, next).publish(next, mark);
+        for r in 0..self.size() {
+            if r != self.me {
+                let w = self.group[r];
+                if let Some(Channel::Shm(c)) = self.e.peers.get_mut(w).map(|p| &mut p.chan) {
+                    c.ring_peer();
+                }
+            }
+        }
+    }
+
+    /// Fails this call with `why` (a disagreement in an earlier call that
+    /// this rank learned of by a notice): like a rank that found one in the
+    /// fast path, it publishes [`FAIL_MARK`] instead of taking part, in
+    /// this and every later fast-path call, so that no member waits for it.
+    #[cold]
+    #[inline(never)]
+    pub fn refuse_because(&mut self, why: Error) -> Error {
+        if self.e.fast.failed == 0 {
+            self.e.fast.failed = self.k;
+        }
+        let _ = self.refuse();
+        why
     }
 
     /// Claims and publishes this rank's arrival without data.
@@ -598,6 +640,16 @@ impl<'a> FastCall<'a> {
                 if let Some(waited) = hung {
                     let what = format!("shared-memory call {}", self.k);
                     return Err(self.e.hang_error(self.op, &what, &[w], waited));
+                }
+                if self.e.st.notices_waiting != 0 {
+                    // The member may have left after telling this rank
+                    // that a call it completed failed there (its notice
+                    // came before its goodbye): that is the cause.
+                    if let Some(x) = crate::schedule::run::earlier_notice(
+                        self.e, self.ctx, None, group, self.me, self.op,
+                    ) {
+                        return Err(self.refuse_because(x));
+                    }
                 }
                 return Err(self.lost(w));
             }

@@ -31,7 +31,7 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::{Buf, Schedule, Slice, Step};
-use crate::engine::notice::NOTICE_MASK;
+use crate::engine::notice::{Notice, NOTICE_MASK};
 use crate::engine::ops::{Op as EngOp, OpKind, Token};
 use crate::engine::{Engine, Posted2};
 use crate::error::{Disagreement, Error, Op, Result, CALL_EARLIER, CALL_UNKNOWN};
@@ -71,8 +71,7 @@ pub(crate) struct Run {
     /// (see `engine::notice`): only a change makes it search.
     notices_seen: u64,
     /// Whom a disagreement this run ends with is to be told (see
-    /// [`Run::tell`]); `Tell::Nobody` once told, or for an error that is
-    /// not this run's to tell (a fast-path split, the watchdog).
+    /// [`Run::tell_now`]); `Tell::Nobody` once told.
     tell: Tell,
 }
 
@@ -108,6 +107,92 @@ fn when(notice: i32, mine: i32) -> When {
     } else {
         When::Earlier
     }
+}
+
+/// Takes the first notice on `ctx` about the call with tag `mine` (when
+/// `same`) or an earlier one this process did not fail already (those it
+/// did are dropped); whether it is about `mine`.
+fn next_notice(e: &mut Engine, ctx: u32, mine: Option<i32>, same: bool) -> Option<(Notice, bool)> {
+    let Some(mine) = mine else {
+        // Any call: a wait that knows none.
+        while let Some(n) = e.take_notice(ctx, |_| true) {
+            if !e.st.failed_op(ctx, n.tag) {
+                e.st.note_failed_op(ctx, n.tag);
+                return Some((n, false));
+            }
+        }
+        return None;
+    };
+    let want = |t: i32| match when(t, mine) {
+        When::Same => same,
+        When::Earlier => true,
+        When::Later => false,
+    };
+    while let Some(n) = e.take_notice(ctx, want) {
+        if n.tag == mine {
+            return Some((n, true));
+        }
+        if !e.st.failed_op(ctx, n.tag) {
+            e.st.note_failed_op(ctx, n.tag);
+            return Some((n, false));
+        }
+    }
+    None
+}
+
+/// The error of communicator rank `me` of `group` in collective `op` for
+/// notice `n` (`same`: about this call; else about an earlier one, which
+/// this call fails for).
+fn notice_error(n: &Notice, same: bool, group: &[usize], me: usize, op: Op) -> Error {
+    let me = group[me];
+    let from = group.get(n.src as usize).copied().unwrap_or(n.src as usize);
+    let (earlier, a, b, name, mut values) = decode_notice(&n.payload).unwrap_or_else(|| {
+        (
+            false,
+            from,
+            me,
+            op.to_string(),
+            Disagreement {
+                what: String::new(),
+                a_value: "found that the ranks of a call disagree".into(),
+                b_value: "cannot complete it without it".into(),
+            },
+        )
+    });
+    if !same && !earlier {
+        values.b_value = format!("{} (in that {name})", values.b_value);
+    }
+    Error::Mismatch {
+        rank: me,
+        op,
+        call: if earlier || !same {
+            CALL_EARLIER
+        } else {
+            CALL_UNKNOWN
+        },
+        a,
+        b,
+        values: Box::new(values),
+    }
+}
+
+/// The error a collective `op` of communicator rank `me` of `group` fails
+/// with before it starts, when a notice says an earlier call on `ctx` (the
+/// collective context; `next` is the tag the next schedule would get,
+/// `None` for any call) failed elsewhere and this rank completed it (used
+/// where no schedule runs: the shared-memory fast path).
+#[cold]
+#[inline(never)]
+pub(crate) fn earlier_notice(
+    e: &mut Engine,
+    ctx: u32,
+    next: Option<i32>,
+    group: &[usize],
+    me: usize,
+    op: Op,
+) -> Option<Error> {
+    let (n, _) = next_notice(e, ctx, next.map(|t| t & NOTICE_MASK), false)?;
+    Some(notice_error(&n, false, group, me, op))
 }
 
 /// A notice's payload: whether the sender's disagreement was in an earlier
@@ -311,13 +396,10 @@ impl Run {
         if self.done || self.aborting {
             return;
         }
-        let first = self.err.is_none();
+        // A split of the fast-path decision is told like any disagreement:
+        // a member that completed the call (a bcast root) learns of it at
+        // its next call.
         self.record(err);
-        if first {
-            // Not this run's disagreement to tell (the fast path's
-            // members learn of a split from the slots).
-            self.tell = Tell::Nobody;
-        }
         if !self.sentinel_posted {
             self.done = true;
             return;
@@ -462,54 +544,10 @@ impl Run {
     fn look_for_notice(&mut self, e: &mut Engine) -> Option<(Error, Tell)> {
         self.notices_seen = e.st.notices;
         let mine = self.tag & NOTICE_MASK;
-        let ctx = self.ctx;
-        while let Some(n) = e.take_notice(ctx, |t| when(t, mine) != When::Later) {
-            let same = n.tag == mine;
-            if !same && e.st.failed_op(ctx, n.tag) {
-                continue;
-            }
-            let me = self.group[self.me as usize];
-            let from = self
-                .group
-                .get(n.src as usize)
-                .copied()
-                .unwrap_or(n.src as usize);
-            let (earlier, a, b, name, mut values) =
-                decode_notice(&n.payload).unwrap_or_else(|| {
-                    (
-                        false,
-                        from,
-                        me,
-                        self.op.to_string(),
-                        Disagreement {
-                            what: String::new(),
-                            a_value: "found that the ranks of this call disagree".into(),
-                            b_value: "cannot complete it without it".into(),
-                        },
-                    )
-                });
-            if !same && !earlier {
-                values.b_value = format!("{} (in that {name})", values.b_value);
-            }
-            if !same {
-                e.st.note_failed_op(ctx, n.tag);
-            }
-            let err = Error::Mismatch {
-                rank: me,
-                op: self.op,
-                call: if earlier || !same {
-                    CALL_EARLIER
-                } else {
-                    CALL_UNKNOWN
-                },
-                a,
-                b,
-                values: Box::new(values),
-            };
-            let tell = if same { Tell::Relay(n.src) } else { Tell::All };
-            return Some((err, tell));
-        }
-        None
+        let (n, same) = next_notice(e, self.ctx, Some(mine), true)?;
+        let err = notice_error(&n, same, &self.group, self.me as usize, self.op);
+        let tell = if same { Tell::Relay(n.src) } else { Tell::All };
+        Some((err, tell))
     }
 
     /// Sends the disagreement this run failed with as a notice to whom
