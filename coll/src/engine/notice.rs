@@ -121,3 +121,22 @@ impl Engine {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notice_tags_are_their_own() {
+        for t in [0, 16, 17, (1 << 29) + 15, (1 << 30) - 1] {
+            let n = notice_tag(t);
+            assert!(is_notice(n));
+            assert_eq!(n & NOTICE_MASK, t);
+        }
+        // User tags, collective tags, sentinels (bit 30) and the fast
+        // path's block tags (-1 - k, k below 2^30) are not notices.
+        for t in [0, 5, 16 + 1000, (1 << 30) | 17, -1, -(1 << 30), i32::MAX] {
+            assert!(!is_notice(t), "{t}");
+        }
+    }
+}

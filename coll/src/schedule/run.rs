@@ -1027,3 +1027,45 @@ pub(crate) fn drive(e: &mut Engine, r: &RefCell<Run>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notice_payload_round_trips() {
+        let err = Error::Mismatch {
+            rank: 2,
+            op: Op::Collective(crate::algorithms::Collective::Bcast),
+            call: CALL_UNKNOWN,
+            a: 0,
+            b: 2,
+            values: Box::new(Disagreement::transfer(0, 2, 24, 32)),
+        };
+        let p = encode_notice(true, &err).unwrap();
+        let (earlier, a, b, name, v) = decode_notice(&p).unwrap();
+        assert!(earlier);
+        assert_eq!((a, b, name.as_str()), (0, 2, "bcast"));
+        assert_eq!(v, Disagreement::transfer(0, 2, 24, 32));
+        assert!(decode_notice(&p[..p.len() - 1]).is_none());
+        assert!(decode_notice(&[]).is_none());
+        let lost = Error::PeerLost {
+            rank: 0,
+            peer: 1,
+            op: Op::Barrier,
+            reason: String::new(),
+        };
+        assert!(encode_notice(false, &lost).is_none());
+    }
+
+    #[test]
+    fn notices_are_ordered_modulo_the_tag_sequence() {
+        assert!(when(20, 20) == When::Same);
+        assert!(when(21, 20) == When::Later);
+        assert!(when(19, 20) == When::Earlier);
+        // Across the wrap of the 29-bit sequence (tags 16 + seq).
+        let last = 16 + (1 << 29) - 1;
+        assert!(when(16, last) == When::Later);
+        assert!(when(last, 16) == When::Earlier);
+    }
+}
