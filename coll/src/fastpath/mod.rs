@@ -75,6 +75,36 @@ pub(crate) const SCHEDULE_MARK: usize = 1 << 62;
 /// its next call that reads or waits for the member.
 pub(crate) const FAIL_MARK: usize = 1 << 61;
 
+/// The number [`FastSeq::failed`](crate::engine::FastSeq) holds for a
+/// disagreement found in a collective of the node's ranks that ran as
+/// messages (a schedule, see [`note_schedule_mismatch`]), not in a
+/// fast-path call.
+const AS_MESSAGES: u64 = (1 << 60) - 1;
+
+/// The call a [`FAIL_MARK`] names, for messages.
+fn failed_call(k: u64) -> String {
+    if k == AS_MESSAGES {
+        "a collective of this node's ranks that ran as messages".into()
+    } else {
+        format!("shared-memory collective {k} of this node")
+    }
+}
+
+/// A schedule on a communicator of `group` (world ranks) failed here with
+/// [`Error::Mismatch`]: when the communicator qualifies for the fast
+/// paths, this process takes part in no later fast-path call (it
+/// publishes [`FAIL_MARK`] instead), as if it had found the disagreement
+/// there, so that a member that completed the call (a bcast root) and
+/// reads this rank's slot next fails even before this rank's notice
+/// reached it (the slots are not ordered with the messages).
+#[cold]
+#[inline(never)]
+pub(crate) fn note_schedule_mismatch(e: &mut Engine, group: &[usize]) {
+    if e.fast.failed == 0 && eligible(e, group).is_some() {
+        e.fast.failed = AS_MESSAGES;
+    }
+}
+
 /// Either mark: the published length is not data.
 const MARKS: usize = SCHEDULE_MARK | FAIL_MARK;
 
@@ -132,8 +162,8 @@ pub(crate) fn split_error(e: &mut Engine, group: &[usize], op: Op) -> Option<Err
             values: Box::new(Disagreement {
                 what: String::new(),
                 a_value: format!(
-                    "found the ranks disagree on shared-memory collective {} of this node (its error there names them) and takes part in no later one",
-                    got & !FAIL_MARK
+                    "found the ranks disagree on {} (its error there names them) and takes part in no later one",
+                    failed_call((got & !FAIL_MARK) as u64)
                 ),
                 b_value: "cannot complete this call without it".into(),
             }),
@@ -440,7 +470,8 @@ impl<'a> FastCall<'a> {
             values: Box::new(Disagreement {
                 what: String::new(),
                 a_value: format!(
-                    "found the ranks disagree on shared-memory collective {k} of this node (its error there names them) and takes part in no later one"
+                    "found the ranks disagree on {} (its error there names them) and takes part in no later one",
+                    failed_call(k)
                 ),
                 b_value: "cannot complete this call without it".into(),
             }),
@@ -468,7 +499,8 @@ impl<'a> FastCall<'a> {
             values: Box::new(Disagreement {
                 what: String::new(),
                 a_value: format!(
-                    "found the ranks disagree on shared-memory collective {k} of this node (see that error)"
+                    "found the ranks disagree on {} (see that error)",
+                    failed_call(k)
                 ),
                 b_value: "therefore takes part in no later one".into(),
             }),

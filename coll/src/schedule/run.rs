@@ -634,6 +634,7 @@ impl Run {
             self.drop_sentinel(e);
             if self.err.as_ref().is_some_and(Error::is_mismatch) {
                 e.st.note_failed_op(self.ctx, self.tag);
+                crate::fastpath::note_schedule_mismatch(e, &self.group);
             }
         }
         work
