@@ -19,6 +19,11 @@
 //!   can see the mistake, so a rank may also return `Ok` (it prints
 //!   `rank R: ok`), or lose a rank that saw it and gave up the call
 //!   (`PeerLost`); any other outcome is still unexpected.
+//! - A trailing `then` (after `nb`, if any): a rank whose call returned
+//!   `Ok` calls a barrier next (`ibarrier` with `nb`), which must fail
+//!   with the disagreement (a rank that completed the call learns of it at
+//!   its next call on the communicator); it prints
+//!   `rank R: first call: Ok(())` first.
 //! - `mistakes rootnext <bcast|scatter>`: the last rank passes one element
 //!   more than the root, then every rank calls a barrier (which every rank
 //!   must fail, the root too).
@@ -73,6 +78,7 @@ fn main() {
     let a = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
     let nb = args.iter().skip(1).any(|x| x == "nb");
     let cheap = args.iter().skip(2).any(|x| x == "cheap");
+    let then = args.iter().skip(2).any(|x| x == "then");
     let mm: fn(&Error) -> bool = |e| e.is_mismatch();
     let code = match a(0) {
         "allreduce4" => {
@@ -181,7 +187,11 @@ fn main() {
             }
         }
         coll => {
-            let r = mistake(&c, coll, a(1), last, nb);
+            let mut r = mistake(&c, coll, a(1), last, nb);
+            if then && r.is_ok() {
+                println!("rank {me}: first call: Ok(())");
+                r = run!(nb, c.barrier(), |s| c.ibarrier(s));
+            }
             if cheap && r.as_ref().is_ok_and(|_| true) {
                 println!("rank {me}: ok");
                 0

@@ -831,9 +831,9 @@ impl Comm {
             Err(_) => return call.map(|_| ()),
         };
         let info = self.coll_info(c.spec.coll)?;
-        let (check, shm_bytes) = {
+        let (check, shm_bytes, notices) = {
             let e = self.eng.borrow();
-            (e.cfg.check, e.cfg.shm_coll_bytes)
+            (e.cfg.check, e.cfg.shm_coll_bytes, e.st.notices_waiting)
         };
         if check {
             self.check_call(&c.spec, false)?;
@@ -877,6 +877,11 @@ impl Comm {
                 }
                 if let Some(node) = e.node.clone() {
                     if let Some(area) = FastCall::area(&e, &node) {
+                        if notices != 0 {
+                            if let Some(x) = self.fast_notice(&mut e, area, locals, op) {
+                                return Err(x);
+                            }
+                        }
                         if io.reduce.is_some_and(|k| k.is_user()) {
                             return self.fast_user(e, area, locals, s.coll, &io);
                         }
@@ -897,6 +902,34 @@ impl Comm {
             self.announce_schedule(locals, s.coll, s.bytes)?;
         }
         self.block_slow(call, choice, &info.nodes)
+    }
+
+    /// The error of a fast-path call on a communicator of which an earlier
+    /// call failed on another rank (a notice says so, see
+    /// `engine::notice`) after this rank completed it; the call then
+    /// publishes that it takes part in no fast-path call any more, so that
+    /// no member waits for it. (A schedule looks for such notices itself.)
+    #[cold]
+    #[inline(never)]
+    fn fast_notice(
+        &self,
+        e: &mut crate::engine::Engine,
+        area: ibcoll_shm::SlotArea<'_>,
+        locals: &[usize],
+        op: Op,
+    ) -> Option<Error> {
+        let ctx = self.ctx + 1;
+        let next = COMMS.with(|m| m.borrow().get(&ctx).map_or(0, |i| i.seq));
+        let x = run::earlier_notice(
+            e,
+            ctx,
+            Some(TAG_BASE + next as i32),
+            &self.group,
+            self.rank(),
+            op,
+        )?;
+        let mut f = FastCall::begin(e, area, self.rank(), locals, &self.group, ctx, op);
+        Some(f.refuse_because(x))
     }
 
     /// A blocking call on a communicator that qualifies for the fast paths

@@ -76,9 +76,17 @@ impl Disagreement {
 /// found in a message of a schedule, which does not count the calls).
 pub(crate) const CALL_UNKNOWN: u64 = u64::MAX;
 
+/// A call number of [`Error::Mismatch`] saying the disagreement was in an
+/// earlier call of the communicator, which this rank completed before it
+/// learned of it (a notice from a rank of that call): this call fails
+/// instead.
+pub(crate) const CALL_EARLIER: u64 = u64::MAX - 1;
+
 fn call_text(call: u64) -> String {
     if call == CALL_UNKNOWN {
         "this collective call".into()
+    } else if call == CALL_EARLIER {
+        "an earlier collective call of the communicator (so this call fails too)".into()
     } else {
         format!("collective call {call} of the communicator")
     }

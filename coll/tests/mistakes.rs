@@ -532,3 +532,62 @@ fn a_rank_that_left_is_named_with_every_collective_called() {
         }
     }
 }
+
+#[test]
+fn every_count_mismatch_fails_every_rank_without_ibcoll_check() {
+    // No IBCOLL_CHECK: only the rank that receives a wrong-sized message
+    // (or slot) sees the disagreement; its notice fails the call on every
+    // rank still in it, and a rank that completed the call (a bcast root,
+    // a gather sender) fails its next call on the communicator, the
+    // barrier that `then` makes it call. Every collective, 2-5 ranks, one
+    // node (shared-memory fast path or messages) and two (tcp), blocking
+    // and nonblocking.
+    let colls: &[(&str, &str)] = &[
+        ("bcast", "count"),
+        ("allreduce", "count"),
+        ("reduce", "count"),
+        ("gather", "count"),
+        ("scatter", "count"),
+        ("allgather", "count"),
+        ("alltoall", "count"),
+        ("gatherv", "count"),
+        ("scatterv", "count"),
+        ("allgatherv", "count"),
+        ("alltoallv", "count"),
+        ("alltoallv", "less"),
+        ("reduce_scatter", "count"),
+        ("reduce_scatter_block", "count"),
+        ("scan", "count"),
+        ("exscan", "count"),
+    ];
+    for (i, &(coll, kind)) in colls.iter().enumerate() {
+        for j in 0..4 {
+            let n = 2 + (i + j) % 4;
+            let nodes = 1 + j % 2;
+            let nb = j / 2 == 1;
+            let mut args = vec![coll, kind];
+            if nb {
+                args.push("nb");
+            }
+            args.push("then");
+            let t = expect_all(n, nodes, &[], &args, &["ranks disagree"]);
+            for l in t.lines().filter(|l| l.contains("expected error")) {
+                // The call itself, or the barrier after it.
+                assert!(
+                    l.contains(&format!(": {coll}: ranks disagree"))
+                        || l.contains(": barrier: ranks disagree"),
+                    "{args:?} on {n} ranks, {nodes} node(s): {l}\n{t}"
+                );
+                // Both sides of the transfer, the two decisions, or (the
+                // fast path's next call) the rank that found them.
+                assert!(
+                    (l.contains(" sends ") && l.contains(" expects "))
+                        || l.contains("shared-memory decision")
+                        || l.contains("found the ranks disagree on shared-memory collective")
+                        || l.contains("found the ranks disagree on a collective of this node's ranks that ran as messages"),
+                    "{args:?} on {n} ranks, {nodes} node(s): {l}\n{t}"
+                );
+            }
+        }
+    }
+}

@@ -108,6 +108,20 @@ impl Matcher {
         self.unexpected.remove(i)
     }
 
+    /// Removes the earliest unexpected message of context `ctx` whose tag
+    /// `pick` accepts.
+    pub fn take_unexpected_where(
+        &mut self,
+        ctx: u32,
+        pick: impl Fn(i32) -> bool,
+    ) -> Option<Unexpected> {
+        let i = self
+            .unexpected
+            .iter()
+            .position(|u| u.ctx == ctx && pick(u.tag))?;
+        self.unexpected.remove(i)
+    }
+
     /// The earliest unexpected message a receive would match (for probe).
     pub fn peek_unexpected(
         &self,

@@ -17,6 +17,7 @@ pub(crate) mod cell;
 pub(crate) mod connect;
 pub(crate) mod matching;
 pub(crate) mod netpoll;
+pub(crate) mod notice;
 pub(crate) mod ops;
 pub(crate) mod peers;
 pub(crate) mod progress;
@@ -89,6 +90,15 @@ pub(crate) struct State {
     /// collective) went through brk and page faults on most calls, as the
     /// allocator gave the top of the heap back after each burst.
     eager_pool: Vec<Vec<u8>>,
+    /// Notices that arrived unexpected, ever (see `notice.rs`): a waiter
+    /// compares it with the count it saw last, one load on the success
+    /// path.
+    pub notices: u64,
+    /// Notices still in the unexpected queue.
+    pub notices_waiting: usize,
+    /// The latest operations (context, tag) this process failed in a way
+    /// a notice would report: later notices about them say nothing new.
+    pub failed_ops: VecDeque<(u32, i32)>,
 }
 
 /// Buffers [`State::eager_pool`] keeps at most (each up to the largest
@@ -170,6 +180,9 @@ impl State {
             matcher: Matcher::default(),
             actions: VecDeque::new(),
             eager_pool: Vec::new(),
+            notices: 0,
+            notices_waiting: 0,
+            failed_ops: VecDeque::new(),
         }
     }
 
@@ -195,6 +208,9 @@ impl State {
                 if let Some(tok) = self.matcher.take_posted(hdr.ctx, hdr.src, hdr.tag) {
                     self.finish_eager(tok, peer, hdr.src, hdr.tag, payload);
                 } else {
+                    if notice::is_notice(hdr.tag) {
+                        self.note_notice();
+                    }
                     let body = Body::Eager(self.eager_copy(payload));
                     self.matcher.add_unexpected(Unexpected {
                         peer,

@@ -75,6 +75,36 @@ pub(crate) const SCHEDULE_MARK: usize = 1 << 62;
 /// its next call that reads or waits for the member.
 pub(crate) const FAIL_MARK: usize = 1 << 61;
 
+/// The number [`FastSeq::failed`](crate::engine::FastSeq) holds for a
+/// disagreement found in a collective of the node's ranks that ran as
+/// messages (a schedule, see [`note_schedule_mismatch`]), not in a
+/// fast-path call.
+const AS_MESSAGES: u64 = (1 << 60) - 1;
+
+/// The call a [`FAIL_MARK`] names, for messages.
+fn failed_call(k: u64) -> String {
+    if k == AS_MESSAGES {
+        "a collective of this node's ranks that ran as messages".into()
+    } else {
+        format!("shared-memory collective {k} of this node")
+    }
+}
+
+/// A schedule on a communicator of `group` (world ranks) failed here with
+/// [`Error::Mismatch`]: when the communicator qualifies for the fast
+/// paths, this process takes part in no later fast-path call (it
+/// publishes [`FAIL_MARK`] instead), as if it had found the disagreement
+/// there, so that a member that completed the call (a bcast root) and
+/// reads this rank's slot next fails even before this rank's notice
+/// reached it (the slots are not ordered with the messages).
+#[cold]
+#[inline(never)]
+pub(crate) fn note_schedule_mismatch(e: &mut Engine, group: &[usize]) {
+    if e.fast.failed == 0 && eligible(e, group).is_some() {
+        e.fast.failed = AS_MESSAGES;
+    }
+}
+
 /// Either mark: the published length is not data.
 const MARKS: usize = SCHEDULE_MARK | FAIL_MARK;
 
@@ -132,8 +162,8 @@ pub(crate) fn split_error(e: &mut Engine, group: &[usize], op: Op) -> Option<Err
             values: Box::new(Disagreement {
                 what: String::new(),
                 a_value: format!(
-                    "found the ranks disagree on shared-memory collective {} of this node (its error there names them) and takes part in no later one",
-                    got & !FAIL_MARK
+                    "found the ranks disagree on {} (its error there names them) and takes part in no later one",
+                    failed_call((got & !FAIL_MARK) as u64)
                 ),
                 b_value: "cannot complete this call without it".into(),
             }),
@@ -444,7 +474,8 @@ impl<'a> FastCall<'a> {
             values: Box::new(Disagreement {
                 what: String::new(),
                 a_value: format!(
-                    "found the ranks disagree on shared-memory collective {k} of this node (its error there names them) and takes part in no later one"
+                    "found the ranks disagree on {} (its error there names them) and takes part in no later one",
+                    failed_call(k)
                 ),
                 b_value: "cannot complete this call without it".into(),
             }),
@@ -472,7 +503,8 @@ impl<'a> FastCall<'a> {
             values: Box::new(Disagreement {
                 what: String::new(),
                 a_value: format!(
-                    "found the ranks disagree on shared-memory collective {k} of this node (see that error)"
+                    "found the ranks disagree on {} (see that error)",
+                    failed_call(k)
                 ),
                 b_value: "therefore takes part in no later one".into(),
             }),
@@ -486,7 +518,49 @@ impl<'a> FastCall<'a> {
     fn note_failure(&mut self, e: &Error) {
         if e.is_mismatch() && self.e.fast.failed == 0 {
             self.e.fast.failed = self.k;
+            self.refuse_ahead();
         }
+    }
+
+    /// Publishes [`FAIL_MARK`] for the next fast-path call already, when
+    /// its line is free without waiting (every member arrived late enough):
+    /// a member that returned from this call and waits for this rank in
+    /// the next one then fails naming the disagreement even if this rank
+    /// never calls again (returns the error and finalizes), instead of
+    /// losing it. This rank's own next call publishes the same again.
+    #[cold]
+    #[inline(never)]
+    fn refuse_ahead(&mut self) {
+        let next = self.e.fast.seq + 1;
+        let window = SLOT_LINES as u64;
+        if next > window && self.e.fast.min_other < next - window + 1 {
+            return;
+        }
+        let mine = self.locals[self.me];
+        let mark = FAIL_MARK | self.e.fast.failed as usize;
+        self.area.header(mine, next).publish(next, mark);
+        for r in 0..self.size() {
+            if r != self.me {
+                let w = self.group[r];
+                if let Some(Channel::Shm(c)) = self.e.peers.get_mut(w).map(|p| &mut p.chan) {
+                    c.ring_peer();
+                }
+            }
+        }
+    }
+
+    /// Fails this call with `why` (a disagreement in an earlier call that
+    /// this rank learned of by a notice): like a rank that found one in the
+    /// fast path, it publishes [`FAIL_MARK`] instead of taking part, in
+    /// this and every later fast-path call, so that no member waits for it.
+    #[cold]
+    #[inline(never)]
+    pub fn refuse_because(&mut self, why: Error) -> Error {
+        if self.e.fast.failed == 0 {
+            self.e.fast.failed = self.k;
+        }
+        let _ = self.refuse();
+        why
     }
 
     /// Claims and publishes this rank's arrival without data.
@@ -602,6 +676,16 @@ impl<'a> FastCall<'a> {
                 if let Some(waited) = hung {
                     let what = format!("shared-memory call {}", self.k);
                     return Err(self.e.hang_error(self.op, &what, &[w], waited));
+                }
+                if self.e.st.notices_waiting != 0 {
+                    // The member may have left after telling this rank
+                    // that a call it completed failed there (its notice
+                    // came before its goodbye): that is the cause.
+                    if let Some(x) = crate::schedule::run::earlier_notice(
+                        self.e, self.ctx, None, group, self.me, self.op,
+                    ) {
+                        return Err(self.refuse_because(x));
+                    }
                 }
                 return Err(self.lost(w));
             }

@@ -31,9 +31,10 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::{Buf, Schedule, Slice, Step};
+use crate::engine::notice::{Notice, NOTICE_MASK};
 use crate::engine::ops::{Op as EngOp, OpKind, Token};
 use crate::engine::{Engine, Posted2};
-use crate::error::{Disagreement, Error, Op, Result, CALL_UNKNOWN};
+use crate::error::{Disagreement, Error, Op, Result, CALL_EARLIER, CALL_UNKNOWN};
 use crate::ops::ByteReduce;
 
 /// One rank's execution of one schedule.
@@ -66,6 +67,188 @@ pub(crate) struct Run {
     /// Memory the run reads that nobody else owns (the input copy of an
     /// in-place nonblocking alltoall): freed with the run, after it is done.
     keep: Option<Box<dyn std::any::Any>>,
+    /// The engine's notice count when the run last looked for notices
+    /// (see `engine::notice`): only a change makes it search.
+    notices_seen: u64,
+    /// Whom a disagreement this run ends with is to be told (see
+    /// [`Run::tell_now`]); `Tell::Nobody` once told.
+    tell: Tell,
+}
+
+/// Whom a run that fails with [`Error::Mismatch`] notifies.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Tell {
+    /// Every other member: this rank found the disagreement (or a notice
+    /// of an earlier call made this call fail here).
+    All,
+    /// The run's schedule peers but `from` (a communicator rank): a notice
+    /// from `from` told this rank; the peers may wait for this rank's
+    /// messages and see it leave (a lost peer) before `from`'s notice.
+    Relay(u32),
+    Nobody,
+}
+
+/// Where a notice's call lies relative to a run's (tags of one
+/// communicator, a 29-bit sequence above `TAG_BASE`: compared modulo).
+#[derive(PartialEq, Eq)]
+enum When {
+    Same,
+    Earlier,
+    Later,
+}
+
+fn when(notice: i32, mine: i32) -> When {
+    const SEQ: i32 = 1 << 29;
+    let d = (notice - mine).rem_euclid(SEQ);
+    if d == 0 {
+        When::Same
+    } else if d < SEQ / 2 {
+        When::Later
+    } else {
+        When::Earlier
+    }
+}
+
+/// Takes the first notice on `ctx` about the call with tag `mine` (when
+/// `same`) or an earlier one this process did not fail already (those it
+/// did are dropped); whether it is about `mine`.
+fn next_notice(e: &mut Engine, ctx: u32, mine: Option<i32>, same: bool) -> Option<(Notice, bool)> {
+    let Some(mine) = mine else {
+        // Any call: a wait that knows none.
+        while let Some(n) = e.take_notice(ctx, |_| true) {
+            if !e.st.failed_op(ctx, n.tag) {
+                e.st.note_failed_op(ctx, n.tag);
+                return Some((n, false));
+            }
+        }
+        return None;
+    };
+    let want = |t: i32| match when(t, mine) {
+        When::Same => same,
+        When::Earlier => true,
+        When::Later => false,
+    };
+    while let Some(n) = e.take_notice(ctx, want) {
+        if n.tag == mine {
+            return Some((n, true));
+        }
+        if !e.st.failed_op(ctx, n.tag) {
+            e.st.note_failed_op(ctx, n.tag);
+            return Some((n, false));
+        }
+    }
+    None
+}
+
+/// The error of communicator rank `me` of `group` in collective `op` for
+/// notice `n` (`same`: about this call; else about an earlier one, which
+/// this call fails for).
+fn notice_error(n: &Notice, same: bool, group: &[usize], me: usize, op: Op) -> Error {
+    let me = group[me];
+    let from = group.get(n.src as usize).copied().unwrap_or(n.src as usize);
+    let (earlier, a, b, name, mut values) = decode_notice(&n.payload).unwrap_or_else(|| {
+        (
+            false,
+            from,
+            me,
+            op.to_string(),
+            Disagreement {
+                what: String::new(),
+                a_value: "found that the ranks of a call disagree".into(),
+                b_value: "cannot complete it without it".into(),
+            },
+        )
+    });
+    if !same && !earlier {
+        values.b_value = format!("{} (in that {name})", values.b_value);
+    }
+    Error::Mismatch {
+        rank: me,
+        op,
+        call: if earlier || !same {
+            CALL_EARLIER
+        } else {
+            CALL_UNKNOWN
+        },
+        a,
+        b,
+        values: Box::new(values),
+    }
+}
+
+/// The error a collective `op` of communicator rank `me` of `group` fails
+/// with before it starts, when a notice says an earlier call on `ctx` (the
+/// collective context; `next` is the tag the next schedule would get,
+/// `None` for any call) failed elsewhere and this rank completed it (used
+/// where no schedule runs: the shared-memory fast path).
+#[cold]
+#[inline(never)]
+pub(crate) fn earlier_notice(
+    e: &mut Engine,
+    ctx: u32,
+    next: Option<i32>,
+    group: &[usize],
+    me: usize,
+    op: Op,
+) -> Option<Error> {
+    let (n, _) = next_notice(e, ctx, next.map(|t| t & NOTICE_MASK), false)?;
+    Some(notice_error(&n, false, group, me, op))
+}
+
+/// A notice's payload: whether the sender's disagreement was in an earlier
+/// call (1) or this one (0), the two world ranks, then the collective's
+/// name and the [`Disagreement`]'s three texts, each a little-endian u16
+/// length and the bytes.
+fn encode_notice(earlier: bool, err: &Error) -> Option<Vec<u8>> {
+    let Error::Mismatch {
+        op, a, b, values, ..
+    } = err
+    else {
+        return None;
+    };
+    let mut v = Vec::with_capacity(64);
+    v.push(u8::from(earlier));
+    v.extend_from_slice(&(*a as u64).to_le_bytes());
+    v.extend_from_slice(&(*b as u64).to_le_bytes());
+    let name = op.to_string();
+    for t in [&name, &values.what, &values.a_value, &values.b_value] {
+        let t = &t.as_bytes()[..t.len().min(512)];
+        v.extend_from_slice(&(t.len() as u16).to_le_bytes());
+        v.extend_from_slice(t);
+    }
+    Some(v)
+}
+
+/// What [`encode_notice`] wrote: (earlier, a, b, the collective's name,
+/// the disagreement); `None` for a payload it did not write.
+fn decode_notice(p: &[u8]) -> Option<(bool, usize, usize, String, Disagreement)> {
+    let earlier = *p.first()? != 0;
+    let word = |i: usize| -> Option<usize> {
+        Some(u64::from_le_bytes(p.get(i..i + 8)?.try_into().ok()?) as usize)
+    };
+    let (a, b) = (word(1)?, word(9)?);
+    let mut at = 17;
+    let mut text = || -> Option<String> {
+        let n = u16::from_le_bytes(p.get(at..at + 2)?.try_into().ok()?) as usize;
+        let t = String::from_utf8_lossy(p.get(at + 2..at + 2 + n)?).into_owned();
+        at += 2 + n;
+        Some(t)
+    };
+    let name = text()?;
+    let what = text()?;
+    let a_value = text()?;
+    let b_value = text()?;
+    Some((
+        earlier,
+        a,
+        b,
+        name,
+        Disagreement {
+            what,
+            a_value,
+            b_value,
+        },
+    ))
 }
 
 /// Bit that turns a collective's tag into its (never sent) sentinel tag.
@@ -133,6 +316,8 @@ impl Run {
             sentinel_posted: false,
             panic: None,
             keep: None,
+            notices_seen: 0,
+            tell: Tell::Nobody,
         })
     }
 
@@ -211,6 +396,9 @@ impl Run {
         if self.done || self.aborting {
             return;
         }
+        // A split of the fast-path decision is told like any disagreement:
+        // a member that completed the call (a bcast root) learns of it at
+        // its next call.
         self.record(err);
         if !self.sentinel_posted {
             self.done = true;
@@ -286,7 +474,8 @@ impl Run {
             || !self.posted
             || self.pending.iter().all(|&t| e.is_done(t))
             || (!self.aborting
-                && (self.pending.iter().any(|&t| Self::failed(e, t))
+                && (e.st.notices != self.notices_seen
+                    || self.pending.iter().any(|&t| Self::failed(e, t))
                     || self.sentinel.is_some_and(|t| e.is_done(t))))
     }
 
@@ -336,7 +525,64 @@ impl Run {
 
     fn record(&mut self, err: Error) {
         if self.err.is_none() {
-            self.err = Some(err.with_op(self.op));
+            let x = err.with_op(self.op);
+            if x.is_mismatch() {
+                // Found here (a message of the wrong size): the others of
+                // the call may wait for this rank, or have completed.
+                self.tell = Tell::All;
+            }
+            self.err = Some(x);
+        }
+    }
+
+    /// The first notice about this call, or about an earlier call of the
+    /// communicator that this rank completed, as the error this run fails
+    /// with and whom it tells; notices about calls this rank already failed
+    /// are dropped, those about later calls stay for them.
+    #[cold]
+    #[inline(never)]
+    fn look_for_notice(&mut self, e: &mut Engine) -> Option<(Error, Tell)> {
+        self.notices_seen = e.st.notices;
+        let mine = self.tag & NOTICE_MASK;
+        let (n, same) = next_notice(e, self.ctx, Some(mine), true)?;
+        let err = notice_error(&n, same, &self.group, self.me as usize, self.op);
+        let tell = if same { Tell::Relay(n.src) } else { Tell::All };
+        Some((err, tell))
+    }
+
+    /// Sends the disagreement this run failed with as a notice to whom
+    /// [`Run::tell`] says (once), so that no member waits for a rank that
+    /// gave up, nor completes without learning of it (its next call on the
+    /// communicator fails then).
+    #[cold]
+    #[inline(never)]
+    fn tell_now(&mut self, e: &mut Engine) {
+        let tell = std::mem::replace(&mut self.tell, Tell::Nobody);
+        let Some(x) = &self.err else { return };
+        let earlier = matches!(x, Error::Mismatch { call, .. } if *call == CALL_EARLIER);
+        let Some(p) = encode_notice(earlier, x) else {
+            return;
+        };
+        let me = self.me as usize;
+        let mut dests: Vec<usize> = match tell {
+            Tell::All => (0..self.group.len()).filter(|&r| r != me).collect(),
+            Tell::Relay(from) => self
+                .sched
+                .rounds
+                .iter()
+                .flatten()
+                .filter_map(|s| match s {
+                    Step::Send { peer, .. } | Step::Recv { peer, .. } => Some(*peer),
+                    _ => None,
+                })
+                .filter(|&r| r != me && r != from as usize)
+                .collect(),
+            Tell::Nobody => return,
+        };
+        dests.sort_unstable();
+        dests.dedup();
+        for r in dests {
+            e.send_notice(self.group[r], self.ctx, self.me, self.tag, &p);
         }
     }
 
@@ -370,6 +616,9 @@ impl Run {
     fn step_inner(&mut self, e: &mut Engine) -> usize {
         let mut work = 0;
         if !self.sentinel_posted && !self.done {
+            // A notice may wait already (this call's, from a rank ahead of
+            // this one, or an earlier call's): then the first pass looks.
+            self.notices_seen = e.st.notices - u64::from(e.st.notices_waiting > 0);
             if let Err(x) = self.post_sentinel(e) {
                 self.record(x);
                 self.done = true;
@@ -378,8 +627,15 @@ impl Run {
         }
         let n = self.step_rounds(e);
         work += n;
+        if self.tell != Tell::Nobody {
+            self.tell_now(e);
+        }
         if self.done {
             self.drop_sentinel(e);
+            if self.err.as_ref().is_some_and(Error::is_mismatch) {
+                e.st.note_failed_op(self.ctx, self.tag);
+                crate::fastpath::note_schedule_mismatch(e, &self.group);
+            }
         }
         work
     }
@@ -396,6 +652,15 @@ impl Run {
                     work += 1;
                 }
                 return work;
+            }
+            if e.st.notices != self.notices_seen {
+                if let Some((x, tell)) = self.look_for_notice(e) {
+                    self.record(x);
+                    self.tell = tell;
+                    self.abort(e);
+                    work += 1;
+                    continue;
+                }
             }
             if self.round >= self.sched.rounds.len() {
                 self.done = true;
@@ -761,5 +1026,47 @@ pub(crate) fn drive(e: &mut Engine, r: &RefCell<Run>) {
         if let Some(waited) = hung {
             r.borrow_mut().hung(e, waited);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notice_payload_round_trips() {
+        let err = Error::Mismatch {
+            rank: 2,
+            op: Op::Collective(crate::algorithms::Collective::Bcast),
+            call: CALL_UNKNOWN,
+            a: 0,
+            b: 2,
+            values: Box::new(Disagreement::transfer(0, 2, 24, 32)),
+        };
+        let p = encode_notice(true, &err).unwrap();
+        let (earlier, a, b, name, v) = decode_notice(&p).unwrap();
+        assert!(earlier);
+        assert_eq!((a, b, name.as_str()), (0, 2, "bcast"));
+        assert_eq!(v, Disagreement::transfer(0, 2, 24, 32));
+        assert!(decode_notice(&p[..p.len() - 1]).is_none());
+        assert!(decode_notice(&[]).is_none());
+        let lost = Error::PeerLost {
+            rank: 0,
+            peer: 1,
+            op: Op::Barrier,
+            reason: String::new(),
+        };
+        assert!(encode_notice(false, &lost).is_none());
+    }
+
+    #[test]
+    fn notices_are_ordered_modulo_the_tag_sequence() {
+        assert!(when(20, 20) == When::Same);
+        assert!(when(21, 20) == When::Later);
+        assert!(when(19, 20) == When::Earlier);
+        // Across the wrap of the 29-bit sequence (tags 16 + seq).
+        let last = 16 + (1 << 29) - 1;
+        assert!(when(16, last) == When::Later);
+        assert!(when(last, 16) == When::Earlier);
     }
 }

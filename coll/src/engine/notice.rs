@@ -1,0 +1,142 @@
+//! Notices: small eager messages that tell the other members of an
+//! operation that it failed elsewhere (a collective whose ranks disagree:
+//! the rank that received a wrong-sized message knows, its partners may
+//! not). They travel on the operation's context with a tag of their own
+//! ([`notice_tag`]: bit 31 set, bit 30 clear, the operation's tag below;
+//! no receive is ever posted for such a tag, user tags are non-negative
+//! and the fast path's block tags have bit 30 set), so they always land in
+//! the unexpected queue, where the engine counts them: a waiter learns of
+//! one by comparing [`State::notices`] with the count it saw last, and only
+//! then searches the queue. The engine knows nothing of what a notice
+//! says; the schedule runner writes and reads them.
+
+use super::{Engine, Posted2, State};
+
+/// Bits of a notice tag above the operation's tag.
+const NOTICE_TAG: i32 = i32::MIN;
+/// The bits of the operation's tag a notice keeps.
+pub(crate) const NOTICE_MASK: i32 = 0x3fff_ffff;
+
+/// The tag of a notice about the operation with tag `tag`.
+#[inline]
+pub(crate) fn notice_tag(tag: i32) -> i32 {
+    NOTICE_TAG | (tag & NOTICE_MASK)
+}
+
+/// Whether `tag` is a notice's.
+#[inline]
+pub(crate) fn is_notice(tag: i32) -> bool {
+    tag & !NOTICE_MASK == NOTICE_TAG
+}
+
+impl State {
+    #[cold]
+    #[inline(never)]
+    pub(super) fn note_notice(&mut self) {
+        self.notices += 1;
+        self.notices_waiting += 1;
+    }
+}
+
+/// Operations [`State::failed_ops`] remembers.
+const FAILED_KEPT: usize = 16;
+
+impl State {
+    /// Remembers that operation `tag` on `ctx` failed here already.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn note_failed_op(&mut self, ctx: u32, tag: i32) {
+        let k = (ctx, tag & NOTICE_MASK);
+        if !self.failed_ops.contains(&k) {
+            if self.failed_ops.len() == FAILED_KEPT {
+                self.failed_ops.pop_front();
+            }
+            self.failed_ops.push_back(k);
+        }
+    }
+
+    /// Whether operation `tag` on `ctx` failed here already.
+    pub(crate) fn failed_op(&self, ctx: u32, tag: i32) -> bool {
+        self.failed_ops.contains(&(ctx, tag & NOTICE_MASK))
+    }
+}
+
+/// A notice taken from the unexpected queue.
+pub(crate) struct Notice {
+    /// Communicator rank of the sender.
+    pub src: u32,
+    /// The operation's tag ([`NOTICE_MASK`] bits).
+    pub tag: i32,
+    pub payload: Vec<u8>,
+}
+
+impl Engine {
+    /// Sends `payload` as a notice about operation `tag` on context `ctx`
+    /// to world rank `peer` (`src`: this rank in the communicator), if it
+    /// fits an eager message; never waits: a send that finds no room goes
+    /// on from a copy of its own. Best effort: a peer that cannot be told
+    /// still ends its wait by the usual means (a lost peer, the watchdog).
+    #[cold]
+    #[inline(never)]
+    pub fn send_notice(&mut self, peer: usize, ctx: u32, src: u32, tag: i32, payload: &[u8]) {
+        let slot = match self.peers.slot(peer) {
+            Some(i) => i,
+            None => self.open_channel(peer),
+        };
+        if payload.len() > self.peers.list[slot].chan.eager_limit() {
+            return;
+        }
+        let t = notice_tag(tag);
+        if let Ok(Posted2::Pending(tok)) =
+            self.post_send(peer, ctx, src, t, payload.as_ptr(), payload.len())
+        {
+            // Nobody waits for it: it keeps a copy of the payload and its
+            // completion is collected when the engine settles.
+            let _ = self.abandon(tok);
+        }
+    }
+
+    /// Takes the earliest notice on context `ctx` whose operation tag
+    /// `pick` accepts.
+    #[cold]
+    #[inline(never)]
+    pub fn take_notice(&mut self, ctx: u32, pick: impl Fn(i32) -> bool) -> Option<Notice> {
+        if self.st.notices_waiting == 0 {
+            return None;
+        }
+        let u = self
+            .st
+            .matcher
+            .take_unexpected_where(ctx, |t| is_notice(t) && pick(t & NOTICE_MASK))?;
+        self.st.notices_waiting -= 1;
+        let payload = match u.body {
+            super::matching::Body::Eager(v) => v,
+            // Notices are only sent eagerly.
+            super::matching::Body::Rts { .. } => Vec::new(),
+        };
+        Some(Notice {
+            src: u.src,
+            tag: u.tag & NOTICE_MASK,
+            payload,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notice_tags_are_their_own() {
+        for t in [0, 16, 17, (1 << 29) + 15, (1 << 30) - 1] {
+            let n = notice_tag(t);
+            assert!(is_notice(n));
+            assert_eq!(n & NOTICE_MASK, t);
+        }
+        // User tags, collective tags, sentinels (bit 30) and the fast
+        // path's block tags (-1 - k, k below 2^30) are not notices.
+        for t in [0, 5, 16 + 1000, (1 << 30) | 17, -1, -(1 << 30), i32::MAX] {
+            assert!(!is_notice(t), "{t}");
+        }
+    }
+}
