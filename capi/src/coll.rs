@@ -691,9 +691,8 @@ unsafe fn gather_scatter(
     } else {
         (sbuf, scount, stype, rbuf, rcount, rtype)
     };
-    let in_place = is_root && is_in_place(own_buf);
-    let own_t = if in_place { None } else { Some(ty(own_type)?) };
-    let all_t = if is_root { Some(ty(all_type)?) } else { None };
+    let (own_t, all_t) = rooted_types(is_root, own_buf, own_type, all_type)?;
+    let in_place = own_t.is_none();
     if packed::needed(&[own_t.as_ref(), all_t.as_ref()]) {
         // SAFETY: MPI's contract, passed on.
         return unsafe {
@@ -842,6 +841,24 @@ pub unsafe extern "C" fn MPI_Iscatter(
     })
 }
 
+/// The types of a rooted call's two sides: this rank's own block (`None`
+/// in place at the root) and the root's buffer of every block (`None` off
+/// the root, where it is not read).
+fn rooted_types(
+    is_root: bool,
+    own_buf: *const c_void,
+    own_type: MPI_Datatype,
+    all_type: MPI_Datatype,
+) -> R<(Option<Ty>, Option<Ty>)> {
+    let own_t = if is_root && is_in_place(own_buf) {
+        None
+    } else {
+        Some(ty(own_type)?)
+    };
+    let all_t = if is_root { Some(ty(all_type)?) } else { None };
+    Ok((own_t, all_t))
+}
+
 /// Gatherv (`scatter` false) or Scatterv.
 unsafe fn gather_scatter_v(
     scatter: bool,
@@ -862,9 +879,8 @@ unsafe fn gather_scatter_v(
     let n = c.size();
     let me = c.rank();
     let is_root = me == root;
-    let in_place = is_root && is_in_place(own_buf);
-    let own_t = if in_place { None } else { Some(ty(own_type)?) };
-    let all_t = if is_root { Some(ty(all_type)?) } else { None };
+    let (own_t, all_t) = rooted_types(is_root, own_buf, own_type, all_type)?;
+    let in_place = own_t.is_none();
     if packed::needed(&[own_t.as_ref(), all_t.as_ref()]) {
         // SAFETY: MPI's contract, passed on.
         return unsafe {
