@@ -344,6 +344,10 @@ pub unsafe extern "C" fn MPI_Reduce_local(
 ) -> c_int {
     call("MPI_Reduce_local", MPI_COMM_WORLD, || {
         let t = ty(dt)?;
+        if !t.is_contiguous() {
+            // SAFETY: MPI's contract on the two buffers.
+            return unsafe { crate::packed::reduce_local(&t, inbuf, inout, count, dt, op) };
+        }
         let n = buffers::wire_len(inbuf, count, &t)?;
         buffers::wire_len(inout, count, &t)?;
         let (k, _, _) = kernel(op, dt, &t)?;

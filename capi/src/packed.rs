@@ -135,11 +135,6 @@ pub struct Unpack {
 }
 
 impl Unpack {
-    /// Whether completing the operation writes the caller's buffer.
-    pub fn writes(&self) -> bool {
-        self.to.len > 0
-    }
-
     /// Unpacks every run into the caller's elements.
     ///
     /// # Safety
@@ -409,6 +404,38 @@ pub unsafe fn reduction(
         ),
     };
     end(req, comm, r?, vec![send], Some(back), name)
+}
+
+/// MPI_Reduce_local on a non-contiguous type of one predefined element
+/// kind with a predefined operation: both sides are packed, combined with
+/// the kind's kernel and the result unpacked into `inout`'s elements (its
+/// gaps stay as they were).
+///
+/// # Safety
+/// `inbuf` and `inout` hold `count` elements of `t` (MPI's contract).
+pub unsafe fn reduce_local(
+    t: &Ty,
+    inbuf: *const c_void,
+    inout: *mut c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    op: MPI_Op,
+) -> R<()> {
+    let ti = info(t);
+    let (k, _) = elem_kernel(&ti, dt, op)?;
+    wire_len(inbuf, count, t)?;
+    wire_len(inout, count, t)?;
+    let n = count as usize;
+    // SAFETY: MPI's contract: both buffers hold `count` elements of `t`.
+    let src = unsafe { Layout::one(inbuf, n, &ti).pack() };
+    let mut back = Layout::one(inout, n, &ti).recv();
+    // SAFETY: as above.
+    back.data = unsafe { back.to.pack() };
+    k.apply(&mut back.data, &src, true);
+    // SAFETY: `back.data` is the combined elements of `inout`, which is
+    // still the caller's buffer.
+    unsafe { back.finish() };
+    Ok(())
 }
 
 /// MPI_(I)reduce_scatter / _block on a non-contiguous type: `items` is
@@ -1001,7 +1028,7 @@ mod tests {
         );
         let mut u = db.l.recv();
         u.data.copy_from_slice(&packed);
-        assert!(u.writes());
+        assert_eq!(u.to.len, 6);
         // SAFETY: every run lies in `dst`, which outlives `u`'s use.
         unsafe { u.finish() };
         let e = 0xee;

@@ -45,6 +45,8 @@ pub struct ReqEntry {
     /// it stays in the table, inactive between a completion and the next
     /// MPI_Start, until MPI_Request_free.
     pub persist: Option<Persist>,
+    /// A nonblocking collective's: MPI_Request_free refuses it.
+    pub coll: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -69,6 +71,7 @@ impl ReqEntry {
             unpack: None,
             keep: Vec::new(),
             persist: None,
+            coll: false,
         }
     }
 
@@ -164,6 +167,7 @@ pub fn store_coll(
     unpack: Option<Unpack>,
 ) -> R<()> {
     let mut e = ReqEntry::new(Pending::Coll(r), comm);
+    e.coll = true;
     e.keep = keep;
     e.unpack = unpack;
     put(req, add(e)?, "request")
@@ -712,26 +716,26 @@ pub unsafe extern "C" fn MPI_Request_free(req: *mut MPI_Request) -> c_int {
             return err(MPI_ERR_REQUEST, "request is MPI_REQUEST_NULL");
         }
         let (i, mut e) = take(*r)?;
-        let done = test_entry(&mut e);
-        if !done {
-            if let Some(u) = e.unpack.as_ref().filter(|u| u.writes()) {
-                // Its data reaches the caller's buffer only when a
-                // completion call unpacks it, which a freed request never
-                // gets; MPI makes freeing an active nonblocking collective
-                // request erroneous anyway. The request stays valid.
-                let call = u.call;
-                put_back(i, e);
-                return err(
-                    MPI_ERR_REQUEST,
-                    format!(
-                        "the request of {call} (on a non-contiguous datatype) is still \
-                         active: complete it with MPI_Wait or MPI_Test, which unpack its \
-                         data into the receive buffer; freeing an active nonblocking \
-                         collective request is erroneous"
-                    ),
-                );
-            }
+        if e.coll {
+            // MPI makes freeing a nonblocking collective's request
+            // erroneous, active or not. Refusing it on every rank, whatever
+            // its progress, keeps the outcome the same on all of them; its
+            // receive side may also still have to be unpacked by a
+            // completion call. The request stays valid.
+            let call = e
+                .unpack
+                .as_ref()
+                .map_or("a nonblocking collective", |u| u.call);
+            put_back(i, e);
+            return err(
+                MPI_ERR_REQUEST,
+                format!(
+                    "the request is that of {call}: complete it with MPI_Wait or MPI_Test; \
+                     freeing a nonblocking collective's request is erroneous"
+                ),
+            );
         }
+        let done = test_entry(&mut e);
         *r = MPI_REQUEST_NULL;
         release(i);
         if !done {

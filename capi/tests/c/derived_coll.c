@@ -5,8 +5,9 @@
  * gaps at GAP and its data at UNSET; after each call the whole buffer is
  * compared with what MPI specifies: the data where blocks land, UNSET
  * where no block lands (the holes between v-blocks), GAP in every gap.
- * In-place and mixed (contiguous against vector) forms too, and
- * MPI_Request_free's refusal of an active request that has to unpack.
+ * In-place and mixed (contiguous against vector) forms too, scans,
+ * MPI_Reduce_local, and MPI_Request_free's refusal of a nonblocking
+ * collective's request.
  * Runs on any number of ranks; prints "derived_coll: ok" on rank 0 when
  * every check passed, exits non-zero otherwise. */
 #include <mpi.h>
@@ -414,6 +415,47 @@ int main(int argc, char **argv) {
         free(rs); free(rr); free(rw);
     }
 
+    /* Scan and Exscan, blocking and nonblocking (MPI_SUM): rank r gives
+     * r + i at datum i. Rank 0's Exscan buffer is left as it was. Then
+     * MPI_Reduce_local, which writes only the data of its inout elements. */
+    {
+        double *s = buf(C), *want = buf(C), *exwant = buf(C);
+        fill(s, 0, C, rank);
+        for (int i = 0; i < C * W; i++) {
+            *at(want, 0, i) = rank * (rank + 1) / 2.0 + (double)(rank + 1) * i;
+            if (rank > 0) *at(exwant, 0, i) = rank * (rank - 1) / 2.0 + (double)rank * i;
+        }
+        for (int nb = 0; nb < 2; nb++) {
+            double *r = buf(C), *e = buf(C);
+            if (nb) {
+                MPI_Iscan(s, r, C, vec, MPI_SUM, MPI_COMM_WORLD, &rq[0]);
+                MPI_Iexscan(s, e, C, vec, MPI_SUM, MPI_COMM_WORLD, &rq[1]);
+                MPI_Waitall(2, rq, MPI_STATUSES_IGNORE);
+            } else {
+                MPI_Scan(s, r, C, vec, MPI_SUM, MPI_COMM_WORLD);
+                MPI_Exscan(s, e, C, vec, MPI_SUM, MPI_COMM_WORLD);
+            }
+            same(nb ? "iscan" : "scan", r, want, C);
+            same(nb ? "iexscan" : "exscan", e, exwant, C);
+            double *ip = copy(s, C);
+            if (nb) {
+                MPI_Iscan(MPI_IN_PLACE, ip, C, vec, MPI_SUM, MPI_COMM_WORLD, &rq[0]);
+                wait1(&rq[0]);
+            } else {
+                MPI_Scan(MPI_IN_PLACE, ip, C, vec, MPI_SUM, MPI_COMM_WORLD);
+            }
+            same(nb ? "iscan in place" : "scan in place", ip, want, C);
+            free(r); free(e); free(ip);
+        }
+        double *in = buf(C), *io = buf(C), *lw = buf(C);
+        fill(in, 0, C, 10);
+        fill(io, 0, C, 100);
+        for (int i = 0; i < C * W; i++) *at(lw, 0, i) = 110.0 + 2 * i;
+        CHECK(MPI_Reduce_local(in, io, C, vec, MPI_SUM) == MPI_SUCCESS, "reduce_local failed");
+        same("reduce_local", io, lw, C);
+        free(s); free(want); free(exwant); free(in); free(io); free(lw);
+    }
+
     /* What stays unsupported is an error naming the call and the type: a
      * user operation on a non-contiguous type. Freeing an active request
      * that still has to unpack is refused (the request stays valid):
@@ -449,6 +491,17 @@ int main(int argc, char **argv) {
             free(b); free(want);
         }
         free(s); free(r);
+        /* The request of any nonblocking collective refuses MPI_Request_free
+         * on every rank, however far it got, so no rank's outcome depends on
+         * timing; it stays valid and completes. */
+        MPI_Request keep;
+        MPI_Ibarrier(MPI_COMM_WORLD, &rq[0]);
+        keep = rq[0];
+        rc = MPI_Request_free(&rq[0]);
+        MPI_Error_class(rc, &cls);
+        MPI_Error_string(rc, es, &len);
+        CHECK(cls == MPI_ERR_REQUEST && strstr(es, "nonblocking collective") && rq[0] == keep, "request_free of an ibarrier: class %d: %s", cls, es);
+        wait1(&rq[0]);
     }
 
     free(d); free(k);
