@@ -684,7 +684,41 @@ fn typed(c: &Comm) {
         ),
         "user op"
     );
+    // Rank order: composition of affine maps x -> a*x + b (mod 2^32) is
+    // associative but not commutative, so any algorithm (the fast paths'
+    // trees included) that does not call the operation as f(lower ranks,
+    // higher ranks) gives another value.
+    let affine = || {
+        ReduceOp::user(|l: u64, h: u64| {
+            let (a1, b1, a2, b2) = (l >> 32, l & 0xffff_ffff, h >> 32, h & 0xffff_ffff);
+            (a1.wrapping_mul(a2) & 0xffff_ffff) << 32
+                | (a2.wrapping_mul(b1).wrapping_add(b2) & 0xffff_ffff)
+        })
+    };
+    let map = |q: usize| ((2 * q as u64 + 3) << 32) | (q as u64 * q as u64 + 5);
+    let want_affine = (1..n).fold(map(0), |l, q| {
+        let (a1, b1, a2, b2) = (l >> 32, l & 0xffff_ffff, map(q) >> 32, map(q) & 0xffff_ffff);
+        (a1.wrapping_mul(a2) & 0xffff_ffff) << 32
+            | (a2.wrapping_mul(b1).wrapping_add(b2) & 0xffff_ffff)
+    });
+    let mut af = [0u64; 2];
+    ok!(
+        c,
+        c.allreduce(&[map(r), map(r)], &mut af, affine()),
+        "affine allreduce"
+    );
+    let mut afr = [0u64; 1];
+    ok!(
+        c,
+        c.reduce(&[map(r)], &mut afr, affine(), n - 1),
+        "affine reduce"
+    );
     let checks = [
+        (af == [want_affine; 2], "affine allreduce (rank order)"),
+        (
+            r != n - 1 || afr[0] == want_affine,
+            "affine reduce to the last rank (rank order)",
+        ),
         (m[0] == (n as i64 - 1) * 10, "i64 max"),
         (o == [want_or, 0xffff], "u16 bor"),
         (a == [if n == 1 { 1 } else { 0 }, 0xffff], "u16 band"),

@@ -48,12 +48,14 @@ fn collectives_3_ranks() {
     coll_check(&["-n", "3"]);
 }
 
-/// The fast barrier's tree (forced below its default size): 3 ranks (the
-/// root's children only) and 7 (a second level).
+/// The fast paths' trees (barrier, bcast, reduce, allreduce), forced below
+/// their default size: 3 ranks (the root's children only), 7 (a second
+/// level) and 18 (a third in the range tree of bcast and the reductions).
 #[test]
-fn collectives_with_the_barrier_tree() {
+fn collectives_with_the_fast_path_trees() {
     coll_check(&["-n", "3", "-x", "IBCOLL_SHM_TREE_MIN=2"]);
     coll_check(&["-n", "7", "-x", "IBCOLL_SHM_TREE_MIN=2"]);
+    coll_check(&["-n", "18", "-x", "IBCOLL_SHM_TREE_MIN=2"]);
 }
 
 #[test]

@@ -33,14 +33,18 @@ pub(crate) mod blocks;
 
 mod allgather;
 mod allreduce;
+mod allreduce_tree;
 mod alltoall;
 mod barrier;
 mod bcast;
+mod bcast_tree;
 mod gather;
 mod reduce;
 mod reduce_scatter;
+mod reduce_tree;
 mod scan;
 mod scatter;
+mod tree;
 
 use std::rc::Rc;
 
@@ -380,6 +384,14 @@ impl<'a> FastCall<'a> {
         self.e.cfg.shm_tree_min
     }
 
+    /// Whether bcast, reduce and allreduce go through [`tree`] (from
+    /// `IBCOLL_SHM_TREE_MIN` members on, like the barrier): the same
+    /// answer on every member.
+    #[inline]
+    pub fn tree(&self) -> bool {
+        self.size() >= self.tree_min().max(2)
+    }
+
     /// Waits until member `r` has published this call.
     pub fn wait_for(&mut self, r: usize) -> Result<()> {
         self.wait_seq(r, self.k)
@@ -391,6 +403,32 @@ impl<'a> FastCall<'a> {
     /// # Safety
     /// `src` readable for `len` bytes, outside this rank's slots.
     pub unsafe fn publish_copy(&mut self, src: *const u8, len: usize) -> Result<*const u8> {
+        // SAFETY: the caller's contract.
+        unsafe { self.publish_copy_waking(src, len, 0..self.size()) }
+    }
+
+    /// [`publish_copy`](Self::publish_copy), waking only members `wake`.
+    ///
+    /// # Safety
+    /// As [`publish_copy`](Self::publish_copy).
+    pub unsafe fn publish_copy_waking(
+        &mut self,
+        src: *const u8,
+        len: usize,
+        wake: impl Iterator<Item = usize>,
+    ) -> Result<*const u8> {
+        let slot = self.claim_data(len)?;
+        // SAFETY: the slot holds `capacity() >= len` bytes; `src` as the
+        // caller guarantees.
+        unsafe { copy(src, slot, len) };
+        self.publish_waking(wake);
+        Ok(slot)
+    }
+
+    /// [`claim`](Self::claim) of `len` bytes of data, refused beyond the
+    /// slot's capacity; the caller writes them and then publishes with
+    /// [`publish_claimed`](Self::publish_claimed).
+    pub fn claim_data(&mut self, len: usize) -> Result<*mut u8> {
         if len > self.capacity() {
             return Err(Error::InvalidArgument {
                 rank: self.e.rank(),
@@ -401,12 +439,13 @@ impl<'a> FastCall<'a> {
                 ),
             });
         }
-        let slot = self.claim(len)?;
-        // SAFETY: the slot holds `capacity() >= len` bytes; `src` as the
-        // caller guarantees.
-        unsafe { copy(src, slot, len) };
-        self.publish();
-        Ok(slot)
+        self.claim(len)
+    }
+
+    /// Publishes what [`claim_data`](Self::claim_data) made room for,
+    /// waking only members `wake`.
+    pub fn publish_claimed(&mut self, wake: impl Iterator<Item = usize>) {
+        self.publish_waking(wake);
     }
 
     /// Publishes that this rank runs the call as a schedule with `bytes`
@@ -899,8 +938,11 @@ fn run_call(c: crate::algorithms::Collective, f: &mut FastCall, io: &FastIo) -> 
     use crate::algorithms::Collective::*;
     match c {
         Barrier => barrier::run(f),
+        Bcast if f.tree() => bcast_tree::run(f, io),
         Bcast => bcast::run(f, io),
+        Reduce if f.tree() => reduce_tree::run(f, io),
         Reduce => reduce::run(f, io),
+        Allreduce if f.tree() => allreduce_tree::run(f, io),
         Allreduce => allreduce::run(f, io),
         Gather | Gatherv => gather::run(f, io),
         Scatter => scatter::run(f, io),
