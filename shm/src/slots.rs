@@ -17,6 +17,13 @@
 //! operations before `j`. The depth lets a rank that only writes (a
 //! broadcast root) run ahead of its readers instead of waiting for them.
 //!
+//! Besides, every rank owns one *mark* line: the number of the last
+//! operation it did not run through the slots (with a word saying how it
+//! ran it), overwritten at every such operation. Writing it needs no
+//! reuse rule, since nobody reads anything but the header: a rank that
+//! runs operations elsewhere (as messages) says so without waiting for
+//! its readers, and its mark counts as its arrival at that operation.
+//!
 //! ```text
 //! rank r, line of k:        base + r * LINES_BYTES + (k % SLOT_LINES) * 64
 //!   +0   seq  (u64, Release/Acquire)
@@ -24,6 +31,8 @@
 //!   +16  data (len <= SLOT_INLINE)
 //! rank r, big buffer of k:  base + ranks * LINES_BYTES
 //!                                + (SLOT_BUFFERS r + k % SLOT_BUFFERS) * stride
+//! rank r, mark:             base + ranks * (LINES_BYTES + SLOT_BUFFERS stride)
+//!                                + r * MARK_BYTES
 //! ```
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,6 +54,10 @@ pub const SLOT_LINES: usize = 64;
 pub const SLOT_BUFFERS: usize = 8;
 
 const LINES_BYTES: usize = SLOT_LINES * CACHE_LINE;
+
+/// Each rank's mark line, alone in its false-sharing stride (the adjacent
+/// line prefetcher pulls pairs).
+const MARK_BYTES: usize = FALSE_SHARING_STRIDE;
 
 /// The header of one line.
 #[repr(C)]
@@ -100,7 +113,7 @@ impl<'a> SlotArea<'a> {
     /// Bytes the slots of `ranks` ranks with `cap` data bytes per big
     /// buffer need (the `extra_bytes` to ask the layout for).
     pub fn bytes_needed(ranks: usize, cap: usize) -> usize {
-        ranks * (LINES_BYTES + SLOT_BUFFERS * Self::stride(cap))
+        ranks * (LINES_BYTES + SLOT_BUFFERS * Self::stride(cap) + MARK_BYTES)
     }
 
     /// The slots in `node`'s extra area, which must have been laid out with
@@ -170,6 +183,23 @@ impl<'a> SlotArea<'a> {
         unsafe { &*(self.line(rank, seq) as *const SlotHeader) }
     }
 
+    /// The mark line of local rank `rank`: the last operation it ran
+    /// without the slots, and how (module doc). Only the owner publishes.
+    #[inline]
+    pub fn mark(&self, rank: usize) -> &'a SlotHeader {
+        assert!(
+            rank < self.ranks,
+            "mark of local rank {rank} of {}",
+            self.ranks
+        );
+        let off = self.ranks * (LINES_BYTES + SLOT_BUFFERS * self.stride) + rank * MARK_BYTES;
+        // SAFETY: `new` checked that the marks of every rank follow the big
+        // buffers inside the extra area; the offset is a multiple of the
+        // cache line from a page-aligned start; a `SlotHeader` is two
+        // atomics, valid for any bits and shared access.
+        unsafe { &*(self.base.add(off) as *const SlotHeader) }
+    }
+
     /// Where local rank `rank` puts `len` bytes of operation `seq`: its
     /// line (up to [`SLOT_INLINE`] bytes, 16-byte aligned) or its big
     /// buffer (up to `cap` bytes, 128-byte aligned). Only the owner
@@ -209,7 +239,12 @@ mod tests {
                 spans.push((s.data(r, k, cap) as usize, cap));
             }
         }
+        for r in 0..3 {
+            spans.push((s.mark(r) as *const _ as usize, CACHE_LINE));
+        }
         spans.sort();
+        let end = s.mark(2) as *const _ as usize + MARK_BYTES;
+        assert!(end <= node.extra_ptr() as usize + SlotArea::bytes_needed(3, cap));
         for w in spans.windows(2) {
             assert!(w[0].0 + w[0].1 <= w[1].0, "{w:?}");
         }

@@ -294,9 +294,20 @@ impl Engine {
             if l == self.local_rank {
                 continue;
             }
+            // A member that took the fast path published the call in its
+            // line; one that runs it as messages with other bytes, in its
+            // mark line.
             let h = area.header(l, a.k);
-            if h.seq() == a.k && h.len() != a.mark {
-                self.fast.split = Some((r, h.len()));
+            let m = area.mark(l);
+            let got = if h.seq() == a.k {
+                Some(h.len())
+            } else if m.seq() == a.k && m.len() != a.mark {
+                Some(m.len())
+            } else {
+                None
+            };
+            if let Some(got) = got {
+                self.fast.split = Some((r, got));
                 return;
             }
         }

@@ -112,13 +112,20 @@ pub(crate) fn note_schedule_mismatch(e: &mut Engine, group: &[usize]) {
 /// Either mark: the published length is not data.
 const MARKS: usize = SCHEDULE_MARK | FAIL_MARK;
 
+/// The bytes of a [`SCHEDULE_MARK`] read from a mark line that has moved
+/// on to a later call: the member ran the call as messages, with bytes
+/// this rank cannot know.
+const BYTES_UNKNOWN: usize = (1 << 60) - 1;
+
 /// Rank `a` (world) decided `mine` for fast-path call `k` where member `b`
 /// published `got` (either may carry [`SCHEDULE_MARK`]).
 #[cold]
 #[inline(never)]
 fn decision_error(a: usize, op: Op, k: u64, b: usize, got: usize, mine: usize) -> Error {
     let say = |v: usize| {
-        if v & SCHEDULE_MARK != 0 {
+        if v & SCHEDULE_MARK != 0 && v & !SCHEDULE_MARK == BYTES_UNKNOWN {
+            "ran it as messages".into()
+        } else if v & SCHEDULE_MARK != 0 {
             format!(
                 "runs it as messages with {} bytes per rank",
                 v & !SCHEDULE_MARK
@@ -309,6 +316,12 @@ impl<'a> FastCall<'a> {
                     self.e.fast.seen[l] = sure;
                     continue;
                 }
+                // Its latest call run as messages (`announce_schedule`).
+                let m = self.area.mark(l).seq();
+                if m >= need {
+                    self.e.fast.seen[l] = m.min(latest);
+                    continue;
+                }
                 // Wait for a call well past `need` (one every member
                 // publishes, before `latest`, so no deadlock): the line
                 // polled here is one the member is about to write, and each
@@ -449,35 +462,36 @@ impl<'a> FastCall<'a> {
     }
 
     /// Publishes that this rank runs the call as a schedule with `bytes`
-    /// per rank (see [`SCHEDULE_MARK`]), then checks that every member
-    /// does the same with the same bytes: a blocking call on a
-    /// communicator that qualifies for the fast paths, which ranks whose
-    /// arguments differ could otherwise decide differently (one the fast
-    /// path, the others messages: both would wait forever).
+    /// per rank (see [`SCHEDULE_MARK`]) in its mark line, so that a member
+    /// that took the fast path and waits for this rank's line of the call
+    /// fails instead of waiting for data that never comes: a blocking call
+    /// on a communicator that qualifies for the fast paths, which ranks
+    /// whose arguments differ could otherwise decide differently (one the
+    /// fast path, the others messages: both would wait forever).
     ///
-    /// The check is not waited for: that would make every such call a
-    /// barrier (an oversubscribed 8-rank scatter of 8 bytes took 132 us
-    /// instead of 1.1). A member that took the fast path reads the mark
-    /// and fails; this rank looks at what the members published for the
-    /// call only once its schedule blocks ([`split_error`]), so a split
-    /// fails every rank that waits on it. `locals` is the members' local
-    /// ranks (what `self` was begun with).
+    /// Nothing is waited for. Not for the other members' decisions: that
+    /// would make every such call a barrier (an oversubscribed 8-rank
+    /// scatter of 8 bytes took 132 us instead of 1.1); this rank looks at
+    /// what the members published for the call only once its schedule
+    /// blocks ([`split_error`]), so a split fails every rank that waits on
+    /// it. And not for the slot window: the mark line is rewritten at every
+    /// such call and read only by its header, so a root that runs ahead
+    /// of its readers (a scatter's) is not held back every `SLOT_LINES`
+    /// calls, and the mark counts as this rank's arrival at the call for
+    /// the members' reuse rule ([`claim`](Self::claim)). `locals` is the
+    /// members' local ranks (what `self` was begun with).
     pub fn announce_schedule(&mut self, bytes: usize, locals: &Rc<[usize]>) -> Result<()> {
         if self.e.fast.failed != 0 {
             return Err(self.refuse());
         }
-        let r = self.claim(0);
-        if let Err(x) = &r {
-            self.note_failure(x);
-        }
-        r?;
-        let mark = SCHEDULE_MARK | bytes;
-        self.claimed = mark;
+        let mark = SCHEDULE_MARK | (bytes & !MARKS);
+        let mine = self.locals[self.me];
+        self.area.mark(mine).publish(self.k, mark);
+        self.e.fast.seen[mine] = self.k;
         // Nobody waits for it unless the members disagree (a member that
         // took the fast path then wakes by its bounded sleep): ringing every
         // member's doorbell on every call would wake sleeping ranks for
         // nothing.
-        self.publish_waking(std::iter::empty());
         self.e.fast.split = None;
         self.e.fast.announced = Some(crate::engine::Announced {
             k: self.k,
@@ -485,6 +499,21 @@ impl<'a> FastCall<'a> {
             locals: locals.clone(),
         });
         Ok(())
+    }
+
+    /// What member `r` published for this call when its line of the call
+    /// holds nothing: it ran the call without the slots, as its mark line
+    /// says (with its bytes when the mark names this very call).
+    #[cold]
+    #[inline(never)]
+    fn skipped(&self, r: usize) -> Error {
+        let m = self.area.mark(self.locals[r]);
+        let got = if m.seq() == self.k {
+            m.len()
+        } else {
+            SCHEDULE_MARK | BYTES_UNKNOWN
+        };
+        self.decision_mismatch(r, got, self.claimed)
     }
 
     /// Member `r` published `got` where this rank's own decision gives
@@ -652,7 +681,11 @@ impl<'a> FastCall<'a> {
     pub fn publication_of(&mut self, r: usize) -> Result<(*const u8, usize)> {
         self.wait_seq(r, self.k)?;
         let l = self.locals[r];
-        let len = self.area.header(l, self.k).len();
+        let h = self.area.header(l, self.k);
+        if h.seq() < self.k {
+            return Err(self.skipped(r));
+        }
+        let len = h.len();
         if len & MARKS != 0 {
             return Err(self.decision_mismatch(r, len, self.claimed));
         }
@@ -666,7 +699,11 @@ impl<'a> FastCall<'a> {
         for r in 0..self.size() {
             if r != self.me {
                 self.wait_seq(r, self.k)?;
-                let len = self.area.header(self.locals[r], self.k).len();
+                let h = self.area.header(self.locals[r], self.k);
+                if h.seq() < self.k {
+                    return Err(self.skipped(r));
+                }
+                let len = h.len();
                 if len & FAIL_MARK != 0 {
                     return Err(self.failed_before(r, (len & !FAIL_MARK) as u64));
                 }
@@ -692,7 +729,11 @@ impl<'a> FastCall<'a> {
         // is never SLOT_BUFFERS calls ahead of a rank that waits on it, so
         // `>=` is exact.
         let (ha, hb) = (self.area.header(l, a), self.area.header(l, b));
-        let done = || ha.seq() >= a || hb.seq() >= b;
+        // A member that ran the call (or a later one) as messages marks it
+        // in its mark line instead: that is its arrival, and a caller that
+        // wanted its data finds the line empty ([`FastCall::skipped`]).
+        let mk = self.area.mark(l);
+        let done = || ha.seq() >= a || hb.seq() >= b || mk.seq() >= want;
         if !done() {
             // The flag alone is polled first (no channel pass), longer than
             // the engine spins: a peer a few calls behind publishes within
