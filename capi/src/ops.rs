@@ -229,7 +229,7 @@ fn user_kernel(i: usize, op: MPI_Op, dt: MPI_Datatype, t: &Ty) -> R<ByteReduce> 
         Got::Fn(f, c) => (f, c),
     };
     let w = t.wire();
-    let k = ByteReduce::from_fn(move |dst, src, src_left| {
+    let f = move |dst: &mut [u8], src: &[u8], src_left: bool| {
         let mut n = (dst.len() / w.max(1)) as c_int;
         let mut d = dt;
         if src_left || commute {
@@ -259,7 +259,14 @@ fn user_kernel(i: usize, op: MPI_Op, dt: MPI_Datatype, t: &Ty) -> R<ByteReduce> 
             }
             dst.copy_from_slice(&tmp);
         }
-    });
+    };
+    // A non-commutative operation is combined in rank order only: the
+    // algorithms that combine in another order are not used for it.
+    let k = if commute {
+        ByteReduce::from_fn(f)
+    } else {
+        ByteReduce::from_fn_ordered(f)
+    };
     state::with(|st| {
         st.kernels.insert(key, k.clone());
         Ok(())

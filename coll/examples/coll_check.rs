@@ -685,40 +685,73 @@ fn typed(c: &Comm) {
         "user op"
     );
     // Rank order: composition of affine maps x -> a*x + b (mod 2^32) is
-    // associative but not commutative, so any algorithm (the fast paths'
-    // trees included) that does not call the operation as f(lower ranks,
-    // higher ranks) gives another value.
-    let affine = || {
-        ReduceOp::user(|l: u64, h: u64| {
-            let (a1, b1, a2, b2) = (l >> 32, l & 0xffff_ffff, h >> 32, h & 0xffff_ffff);
-            (a1.wrapping_mul(a2) & 0xffff_ffff) << 32
-                | (a2.wrapping_mul(b1).wrapping_add(b2) & 0xffff_ffff)
-        })
-    };
-    let map = |q: usize| ((2 * q as u64 + 3) << 32) | (q as u64 * q as u64 + 5);
-    let want_affine = (1..n).fold(map(0), |l, q| {
-        let (a1, b1, a2, b2) = (l >> 32, l & 0xffff_ffff, map(q) >> 32, map(q) & 0xffff_ffff);
-        (a1.wrapping_mul(a2) & 0xffff_ffff) << 32
+    // associative but not commutative, so an ordered user operation
+    // (`ReduceOp::ordered`, MPI_Op_create with commute = 0) tells whether
+    // every algorithm that may run it (the fast paths' trees included)
+    // combines the inputs as x0 op x1 op ... op x(n-1).
+    let compose = |l: u64, h: u64| {
+        let (a1, b1, a2, b2) = (l >> 32, l & 0xffff_ffff, h >> 32, h & 0xffff_ffff);
+        ((a1.wrapping_mul(a2) & 0xffff_ffff) << 32)
             | (a2.wrapping_mul(b1).wrapping_add(b2) & 0xffff_ffff)
-    });
-    let mut af = [0u64; 2];
-    ok!(
-        c,
-        c.allreduce(&[map(r), map(r)], &mut af, affine()),
-        "affine allreduce"
-    );
-    let mut afr = [0u64; 1];
-    ok!(
-        c,
-        c.reduce(&[map(r)], &mut afr, affine(), n - 1),
-        "affine reduce"
-    );
+    };
+    let affine = || ReduceOp::ordered(compose);
+    let map = |q: usize| ((2 * q as u64 + 3) << 32) | (q as u64 * q as u64 + 5);
+    let upto = |k: usize| (1..k).fold(map(0), |l, q| compose(l, map(q)));
+    let want_affine = upto(n);
+    // Every algorithm of the reductions, forced (an order-breaking one is
+    // replaced for such an operation), every kind of root.
+    let colls = [
+        Collective::Reduce,
+        Collective::Allreduce,
+        Collective::ReduceScatterBlock,
+        Collective::Scan,
+    ];
+    for coll in colls {
+        for alg in algorithms(coll) {
+            ok!(c, force_algorithm(coll, Some(alg.name)), "force");
+            let mut got = [0u64; 3];
+            let what = format!("affine {} {}", coll.name(), alg.name);
+            let good = match coll {
+                Collective::Reduce => {
+                    let mut good = true;
+                    for root in [0, n / 2, n - 1] {
+                        ok!(
+                            c,
+                            c.reduce(&[map(r); 3], &mut got, affine(), root),
+                            "{what}"
+                        );
+                        good &= r != root || got == [want_affine; 3];
+                    }
+                    good
+                }
+                Collective::Allreduce => {
+                    ok!(c, c.allreduce(&[map(r); 3], &mut got, affine()), "{what}");
+                    got == [want_affine; 3]
+                }
+                Collective::ReduceScatterBlock => {
+                    let all = vec![map(r); 3 * n];
+                    ok!(
+                        c,
+                        c.reduce_scatter_block(&all, &mut got, affine()),
+                        "{what}"
+                    );
+                    got == [want_affine; 3]
+                }
+                _ => {
+                    ok!(c, c.scan(&[map(r); 3], &mut got, affine()), "{what}");
+                    got == [upto(r + 1); 3]
+                }
+            };
+            if !good {
+                fail(
+                    c,
+                    format!("{what}: the inputs were not combined in rank order"),
+                );
+            }
+        }
+        ok!(c, force_algorithm(coll, None), "unforce");
+    }
     let checks = [
-        (af == [want_affine; 2], "affine allreduce (rank order)"),
-        (
-            r != n - 1 || afr[0] == want_affine,
-            "affine reduce to the last rank (rank order)",
-        ),
         (m[0] == (n as i64 - 1) * 10, "i64 max"),
         (o == [want_or, 0xffff], "u16 bor"),
         (a == [if n == 1 { 1 } else { 0 }, 0xffff], "u16 band"),

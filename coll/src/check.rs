@@ -71,6 +71,7 @@ pub(crate) fn op_code<T>(op: &ReduceOp<T>) -> u8 {
         ReduceOp::Land => 8,
         ReduceOp::Lor => 9,
         ReduceOp::User(_) => 10,
+        ReduceOp::Ordered(_) => 11,
     }
 }
 

@@ -824,9 +824,15 @@ impl Comm {
     /// blocking call in its frame, a nonblocking one in its scope).
     fn build(&self, c: Call<'_, '_>, choice: select::Choice, nodes: &[usize]) -> Result<Run> {
         let s = &c.spec;
-        let alg = find(s.coll, choice.algorithm)
+        let (name, nodes) = match &c.reduce {
+            Some(k) if !k.is_commutative() => {
+                crate::algorithms::in_rank_order(s.coll, choice.algorithm, nodes)
+            }
+            _ => (choice.algorithm, nodes),
+        };
+        let alg = find(s.coll, name)
             .and_then(|a| a.schedule().map(|b| (a.name, b)))
-            .ok_or_else(|| self.coll_err(s.coll, format!("no schedule {}", choice.algorithm)))?;
+            .ok_or_else(|| self.coll_err(s.coll, format!("no schedule {name}")))?;
         let args = self.args(s, alg.0, nodes, choice.segment_bytes, choice.window);
         let sched = (alg.1)(&args);
         let tag = self.next_tag();

@@ -35,12 +35,24 @@ pub enum ReduceOp<T> {
     /// A user-defined operation. It must be associative and commutative;
     /// algorithms call it as `f(lower_ranks_partial, higher_ranks_partial)`.
     User(Rc<dyn Fn(T, T) -> T>),
+    /// A user-defined associative operation that need not be commutative
+    /// (`MPI_Op_create` with `commute = 0`): called as
+    /// `f(lower_ranks_partial, higher_ranks_partial)` and combined in rank
+    /// order, `x0 op x1 op ... op x(n-1)`; the algorithms that combine in
+    /// another order (around a ring, say) are not used for it.
+    Ordered(Rc<dyn Fn(T, T) -> T>),
 }
 
 impl<T> ReduceOp<T> {
     /// A user-defined commutative, associative operation.
     pub fn user(f: impl Fn(T, T) -> T + 'static) -> ReduceOp<T> {
         ReduceOp::User(Rc::new(f))
+    }
+
+    /// A user-defined associative operation that need not be commutative
+    /// ([`ReduceOp::Ordered`]).
+    pub fn ordered(f: impl Fn(T, T) -> T + 'static) -> ReduceOp<T> {
+        ReduceOp::Ordered(Rc::new(f))
     }
 
     /// Short name, for messages.
@@ -56,6 +68,7 @@ impl<T> ReduceOp<T> {
             ReduceOp::Land => "land",
             ReduceOp::Lor => "lor",
             ReduceOp::User(_) => "user",
+            ReduceOp::Ordered(_) => "ordered user",
         }
     }
 }
@@ -107,7 +120,7 @@ macro_rules! int_reducible {
                     ReduceOp::Bxor => a ^ b,
                     ReduceOp::Land => ((a != 0) && (b != 0)) as $t,
                     ReduceOp::Lor => ((a != 0) || (b != 0)) as $t,
-                    ReduceOp::User(f) => f(a, b),
+                    ReduceOp::User(f) | ReduceOp::Ordered(f) => f(a, b),
                 })
             }
             fn supports(_: &ReduceOp<$t>) -> bool {
@@ -128,7 +141,7 @@ macro_rules! float_reducible {
                     ReduceOp::Prod => a * b,
                     ReduceOp::Min => a.min(b),
                     ReduceOp::Max => a.max(b),
-                    ReduceOp::User(f) => f(a, b),
+                    ReduceOp::User(f) | ReduceOp::Ordered(f) => f(a, b),
                     _ => return None,
                 })
             }
@@ -172,6 +185,8 @@ enum Kern {
 struct UserKernel {
     f: Box<Kernel>,
     panic: std::cell::RefCell<Option<Box<dyn std::any::Any + Send>>>,
+    /// False: combine in rank order only ([`ReduceOp::Ordered`]).
+    commutative: bool,
 }
 
 /// The element-wise loop of one operation on one type.
@@ -198,7 +213,28 @@ impl ByteReduce {
         ByteReduce(Kern::User(Rc::new(UserKernel {
             f: Box::new(f),
             panic: Default::default(),
+            commutative: true,
         })))
+    }
+
+    /// [`from_fn`](Self::from_fn) for an operation that need not be
+    /// commutative: combined in rank order only ([`ReduceOp::Ordered`]).
+    pub fn from_fn_ordered(f: impl Fn(&mut [u8], &[u8], bool) + 'static) -> ByteReduce {
+        ByteReduce(Kern::User(Rc::new(UserKernel {
+            f: Box::new(f),
+            panic: Default::default(),
+            commutative: false,
+        })))
+    }
+
+    /// Whether the operation may be combined in any order (every built-in
+    /// one, [`ReduceOp::User`]); false only for an ordered user operation.
+    #[inline]
+    pub fn is_commutative(&self) -> bool {
+        match &self.0 {
+            Kern::Builtin(_) => true,
+            Kern::User(u) => u.commutative,
+        }
     }
 
     #[inline(never)]
@@ -259,7 +295,7 @@ pub fn byte_reduce<T: Reducible>(op: ReduceOp<T>) -> ByteReduce {
         ReduceOp::Bxor => 6,
         ReduceOp::Land => 7,
         ReduceOp::Lor => 8,
-        ReduceOp::User(_) => return make_kernel(op),
+        ReduceOp::User(_) | ReduceOp::Ordered(_) => return make_kernel(op),
     };
     // The operation is moved only on a miss: copying it into the lookup's
     // closure costs a stalled load on every call (the caller stored it in
@@ -275,7 +311,8 @@ pub fn byte_reduce<T: Reducible>(op: ReduceOp<T>) -> ByteReduce {
 }
 
 fn make_kernel<T: Reducible>(op: ReduceOp<T>) -> ByteReduce {
-    let user = matches!(op, ReduceOp::User(_));
+    let user = matches!(op, ReduceOp::User(_) | ReduceOp::Ordered(_));
+    let commutative = !matches!(op, ReduceOp::Ordered(_));
     let f = move |dst: &mut [u8], src: &[u8], src_left: bool| {
         let sz = std::mem::size_of::<T>();
         let n = dst.len().min(src.len()) / sz;
@@ -299,6 +336,7 @@ fn make_kernel<T: Reducible>(op: ReduceOp<T>) -> ByteReduce {
         Kern::User(Rc::new(UserKernel {
             f: Box::new(f),
             panic: Default::default(),
+            commutative,
         }))
     } else {
         Kern::Builtin(Rc::new(f))

@@ -2,6 +2,7 @@
  * compared with what MPI specifies. Runs on any number of ranks; prints
  * "api: ok" on rank 0 when every check passed, exits non-zero otherwise. */
 #include <mpi.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,21 @@ static void myprod(void *in, void *inout, int *len, MPI_Datatype *dt) {
     for (int i = 0; i < *len; i++) b[i] = a[i] * b[i];
     (void)dt;
 }
+
+/* Composition of affine maps x -> a*x + b (mod 2^32), a in the high and
+ * b in the low half: associative, not commutative. inout = in o inout,
+ * `in` being the lower ranks' partial result. */
+static uint64_t compose(uint64_t l, uint64_t h) {
+    uint32_t a1 = l >> 32, b1 = (uint32_t)l, a2 = h >> 32, b2 = (uint32_t)h;
+    return (uint64_t)(uint32_t)(a1 * a2) << 32 | (uint32_t)(a2 * b1 + b2);
+}
+static void affine(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    uint64_t *a = in, *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = compose(a[i], b[i]);
+    (void)dt;
+}
+static uint64_t amap(int q, int i) { return (uint64_t)(2 * q + 3 + 2 * (i % 7)) << 32 | (uint32_t)(q * q + 5 + i); }
+static uint64_t aupto(int k, int i) { uint64_t v = amap(0, i); for (int q = 1; q < k; q++) v = compose(v, amap(q, i)); return v; }
 
 int main(int argc, char **argv) {
     int provided, flag;
@@ -282,6 +298,36 @@ int main(int argc, char **argv) {
     CHECK(po == (1 << size), "user op %d", po);
     MPI_Op_free(&prod);
     CHECK(prod == MPI_OP_NULL, "op freed");
+    {
+        /* A non-commutative operation (commute = 0), large enough that
+         * the default algorithms would be ring-like: combined in rank
+         * order by reduce (to the last rank), allreduce, reduce_scatter_block
+         * and scan. */
+        enum { AN = 20000 };
+        MPI_Op aff; MPI_Op_create(affine, 0, &aff);
+        int c = 0; MPI_Op_commutative(aff, &c);
+        CHECK(c == 0, "MPI_Op_commutative %d", c);
+        uint64_t *as = malloc(8 * AN * size), *ar = malloc(8 * AN * size);
+        for (int i = 0; i < AN * size; i++) as[i] = amap(rank, i % AN);
+        int bad = 0;
+        MPI_Reduce(as, ar, AN, MPI_UINT64_T, aff, size - 1, MPI_COMM_WORLD);
+        if (rank == size - 1) for (int i = 0; i < AN; i++) bad += ar[i] != aupto(size, i);
+        CHECK(bad == 0, "non-commutative reduce: %d wrong", bad);
+        bad = 0;
+        MPI_Allreduce(as, ar, AN, MPI_UINT64_T, aff, MPI_COMM_WORLD);
+        for (int i = 0; i < AN; i++) bad += ar[i] != aupto(size, i);
+        CHECK(bad == 0, "non-commutative allreduce: %d wrong", bad);
+        bad = 0;
+        MPI_Reduce_scatter_block(as, ar, AN, MPI_UINT64_T, aff, MPI_COMM_WORLD);
+        for (int i = 0; i < AN; i++) bad += ar[i] != aupto(size, i);
+        CHECK(bad == 0, "non-commutative reduce_scatter_block: %d wrong", bad);
+        bad = 0;
+        MPI_Scan(as, ar, AN, MPI_UINT64_T, aff, MPI_COMM_WORLD);
+        for (int i = 0; i < AN; i++) bad += ar[i] != aupto(rank + 1, i);
+        CHECK(bad == 0, "non-commutative scan: %d wrong", bad);
+        free(as); free(ar);
+        MPI_Op_free(&aff);
+    }
 
     char msg[16] = {0}; if (rank == size - 1) strcpy(msg, "broadcast!");
     MPI_Bcast(msg, 16, MPI_CHAR, size - 1, MPI_COMM_WORLD);

@@ -193,6 +193,31 @@ impl Args {
     }
 }
 
+/// The algorithm to run instead of `alg` for a reduction whose operation
+/// is not commutative ([`crate::ReduceOp::Ordered`]), and the placement it
+/// is built with: one that combines the inputs in rank order. The ring
+/// ones go round from each block's owner, recursive halving and
+/// Rabenseifner pair ranks across the halves, reduce-scatter-gather is a
+/// ring, and the node-aware ones combine each node's members first, which
+/// is rank order only when every node holds a contiguous range of ranks.
+/// The binomial reduce and recursive doubling keep it (see their files);
+/// a reduce-scatter becomes the node-aware one built as if all ranks
+/// shared one node: a binomial reduce to rank 0, which hands each rank its
+/// block. Every rank substitutes the same (the operation's kind is part of
+/// a valid call).
+pub(crate) fn in_rank_order<'a>(
+    c: Collective,
+    alg: &'a str,
+    nodes: &'a [usize],
+) -> (&'a str, &'a [usize]) {
+    match c {
+        Collective::Reduce if alg != "binomial" => ("binomial", nodes),
+        Collective::Allreduce if alg != "recursive_doubling" => ("recursive_doubling", nodes),
+        Collective::ReduceScatter | Collective::ReduceScatterBlock => ("node_aware", &[]),
+        _ => (alg, nodes),
+    }
+}
+
 /// Builds one rank's schedule.
 pub type BuildFn = fn(&Args) -> Schedule;
 
