@@ -51,6 +51,7 @@ use crate::error::{Disagreement, Error, Op, Result};
 use crate::fastpath::{self, FastCall, FastIo};
 use crate::ops::{byte_reduce, ByteReduce, ReduceOp, Reducible};
 use crate::schedule::run::{self, Run, Wire};
+use crate::schedule::Schedule;
 use crate::scope::Scope;
 use crate::select;
 
@@ -204,9 +205,40 @@ pub(crate) struct CollInfo {
     /// Per collective: 0 not yet known, 1 if no byte count makes selection
     /// pick the fast path on this communicator, 2 if some does.
     fast_possible: [std::cell::Cell<u8>; 16],
+    /// Per collective, the last schedule built for a uniform call and what
+    /// it was built for: a loop of the same call reuses it instead of
+    /// building (and allocating) its rounds again on every call.
+    schedules: [std::cell::RefCell<Option<(SchedKey, Rc<Schedule>)>>; 16],
+}
+
+/// What a uniform collective's schedule depends on besides the
+/// communicator (its size, this rank's place, the nodes).
+#[derive(Clone, PartialEq, Eq)]
+struct SchedKey {
+    alg: &'static str,
+    count: usize,
+    esize: usize,
+    root: usize,
+    in_place: bool,
+    seg: usize,
+    window: usize,
+    canonical: bool,
+    /// Built as if all ranks shared one node ([`crate::algorithms::in_rank_order`]).
+    flat: bool,
 }
 
 impl CollInfo {
+    fn schedule(&self, coll: Collective, k: &SchedKey) -> Option<Rc<Schedule>> {
+        match &*self.schedules[coll.index()].borrow() {
+            Some((have, x)) if have == k => Some(x.clone()),
+            _ => None,
+        }
+    }
+
+    fn keep_schedule(&self, coll: Collective, k: SchedKey, x: &Rc<Schedule>) {
+        *self.schedules[coll.index()].borrow_mut() = Some((k, x.clone()));
+    }
+
     /// Whether a member of this communicator calling `coll` could take
     /// the shared-memory fast path with some byte count: only then can the
     /// members' decisions split, and only then does a schedule need its
@@ -510,6 +542,7 @@ impl Comm {
             net,
             memo: select::Memo::default(),
             fast_possible: Default::default(),
+            schedules: Default::default(),
         }))
     }
 
@@ -545,7 +578,7 @@ impl Comm {
         // SAFETY: `send` and `recv` outlive the blocking run below.
         let mut r = unsafe {
             Run::new(
-                sched,
+                Rc::new(sched),
                 send.as_ptr(),
                 send.len(),
                 recv.as_mut_ptr(),
@@ -578,7 +611,7 @@ impl Comm {
         // SAFETY: `send` and `recv` outlive the blocking run below.
         let mut r = unsafe {
             Run::new(
-                sched,
+                Rc::new(sched),
                 send.as_ptr(),
                 send.len(),
                 recv.as_mut_ptr(),
@@ -604,7 +637,7 @@ impl Comm {
         // SAFETY: `send` and `recv` outlive the blocking run below.
         let mut r = unsafe {
             Run::new(
-                sched,
+                Rc::new(sched),
                 send.as_ptr(),
                 send.len(),
                 recv.as_mut_ptr(),
@@ -833,8 +866,30 @@ impl Comm {
         let alg = find(s.coll, name)
             .and_then(|a| a.schedule().map(|b| (a.name, b)))
             .ok_or_else(|| self.coll_err(s.coll, format!("no schedule {name}")))?;
-        let args = self.args(s, alg.0, nodes, choice.segment_bytes, choice.window);
-        let sched = (alg.1)(&args);
+        let key = s.uniform.then(|| SchedKey {
+            alg: alg.0,
+            count: s.count,
+            esize: s.esize,
+            root: s.root,
+            in_place: s.in_place,
+            seg: choice.segment_bytes,
+            window: choice.window,
+            canonical: s.canonical,
+            flat: nodes.is_empty(),
+        });
+        let info = self.coll_info(s.coll)?;
+        let cached = key.as_ref().and_then(|k| info.schedule(s.coll, k));
+        let sched = match cached {
+            Some(x) => x,
+            None => {
+                let args = self.args(s, alg.0, nodes, choice.segment_bytes, choice.window);
+                let x = Rc::new((alg.1)(&args));
+                if let Some(k) = key {
+                    info.keep_schedule(s.coll, k, &x);
+                }
+                x
+            }
+        };
         let tag = self.next_tag();
         // SAFETY: `c` borrows both buffers for `'b`, and every caller
         // finishes the run within it (see above).

@@ -39,7 +39,7 @@ use crate::ops::ByteReduce;
 
 /// One rank's execution of one schedule.
 pub(crate) struct Run {
-    sched: Schedule,
+    sched: Rc<Schedule>,
     round: usize,
     posted: bool,
     /// Local steps of the current round already done at posting.
@@ -271,7 +271,7 @@ impl Run {
     /// `recv` writable (and not otherwise accessed) until the run is done.
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn new(
-        sched: Schedule,
+        sched: Rc<Schedule>,
         send: *const u8,
         send_len: usize,
         recv: *mut u8,
