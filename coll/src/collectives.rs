@@ -208,8 +208,11 @@ pub(crate) struct CollInfo {
     /// Per collective, the last schedule built for a uniform call and what
     /// it was built for: a loop of the same call reuses it instead of
     /// building (and allocating) its rounds again on every call.
-    schedules: [std::cell::RefCell<Option<(SchedKey, Rc<Schedule>)>>; 16],
+    schedules: [std::cell::RefCell<Option<KeptSchedule>>; 16],
 }
+
+/// A schedule and what it was built for.
+type KeptSchedule = (SchedKey, Rc<Schedule>);
 
 /// What a uniform collective's schedule depends on besides the
 /// communicator (its size, this rank's place, the nodes).
