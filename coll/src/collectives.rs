@@ -869,7 +869,7 @@ impl Comm {
         let alg = find(s.coll, name)
             .and_then(|a| a.schedule().map(|b| (a.name, b)))
             .ok_or_else(|| self.coll_err(s.coll, format!("no schedule {name}")))?;
-        let key = s.uniform.then(|| SchedKey {
+        let key = s.uniform.then_some(SchedKey {
             alg: alg.0,
             count: s.count,
             esize: s.esize,
