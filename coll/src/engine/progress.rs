@@ -358,8 +358,7 @@ impl Engine {
         }
         watched.sort_unstable();
         watched.dedup();
-        let mut dead: Vec<(usize, String)> = Vec::new();
-        let mut rdma_died = false;
+        let mut rdma_dead: Vec<(usize, String)> = Vec::new();
         for p in watched {
             let Some(slot) = self.peers.slot(p) else {
                 continue;
@@ -369,33 +368,31 @@ impl Engine {
                 continue;
             }
             if let Some(reason) = chan.check_alive() {
-                rdma_died |= matches!(chan, Channel::Rdma(_));
-                dead.push((p, reason));
+                if matches!(chan, Channel::Rdma(_)) {
+                    rdma_dead.push((p, reason));
+                    continue;
+                }
+                // Take what it sent before it died (records, a goodbye).
+                while chan.poll(p, &mut self.st) > 0 {}
+                if *chan.health() == Health::Open {
+                    chan.fail(reason);
+                }
+                self.health_dirty = true;
             }
         }
-        if dead.is_empty() {
-            return;
-        }
-        // Take what they sent before they died (records, a goodbye): a
-        // local peer's last records may wait in this rank's receive queue
-        // (a peer that sent and then exited must not look as if it died
-        // before sending), a remote one's in the shared completion queue,
-        // and the rest in the channel itself.
-        if let Some(ib) = &mut self.shm_inbox {
-            while ib.poll(&mut self.peers, &mut self.st) > 0 {}
-        }
-        if rdma_died {
+        if !rdma_dead.is_empty() {
+            // Take what they sent before they died (records, a goodbye):
+            // it is in the shared completion queue.
             while self.progress_rdma() > 0 {}
-        }
-        for (p, reason) in dead {
-            if let Some(c) = self.peers.get_mut(p).map(|x| &mut x.chan) {
-                while c.poll(p, &mut self.st) > 0 {}
-                if *c.health() == Health::Open {
-                    c.fail(reason);
+            for (p, reason) in rdma_dead {
+                if let Some(c) = self.peers.get_mut(p).map(|x| &mut x.chan) {
+                    if *c.health() == Health::Open {
+                        c.fail(reason);
+                    }
                 }
             }
+            self.health_dirty = true;
         }
-        self.health_dirty = true;
     }
 
     /// Settles what leaked requests left outstanding (a program that
