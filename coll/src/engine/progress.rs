@@ -77,7 +77,6 @@ impl Engine {
             }
         }
         if self.rdma.is_some() {
-            n += self.progress_rdma();
             n += self.progress_rdma_cm();
         }
         if !self.st.actions.is_empty() {
@@ -358,7 +357,6 @@ impl Engine {
         }
         watched.sort_unstable();
         watched.dedup();
-        let mut rdma_dead: Vec<(usize, String)> = Vec::new();
         for p in watched {
             let Some(slot) = self.peers.slot(p) else {
                 continue;
@@ -368,10 +366,6 @@ impl Engine {
                 continue;
             }
             if let Some(reason) = chan.check_alive() {
-                if matches!(chan, Channel::Rdma(_)) {
-                    rdma_dead.push((p, reason));
-                    continue;
-                }
                 // Take what it sent before it died (records, a goodbye).
                 while chan.poll(p, &mut self.st) > 0 {}
                 if *chan.health() == Health::Open {
@@ -379,19 +373,6 @@ impl Engine {
                 }
                 self.health_dirty = true;
             }
-        }
-        if !rdma_dead.is_empty() {
-            // Take what they sent before they died (records, a goodbye):
-            // it is in the shared completion queue.
-            while self.progress_rdma() > 0 {}
-            for (p, reason) in rdma_dead {
-                if let Some(c) = self.peers.get_mut(p).map(|x| &mut x.chan) {
-                    if *c.health() == Health::Open {
-                        c.fail(reason);
-                    }
-                }
-            }
-            self.health_dirty = true;
         }
     }
 

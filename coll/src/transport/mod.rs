@@ -134,9 +134,7 @@ impl Channel {
     fn poll_net(&mut self, peer: usize, st: &mut State) -> usize {
         match self {
             Channel::Tcp(c) => c.poll(peer, st),
-            // Its completions come through the shared CQ
-            // (`Engine::progress_rdma`), not per channel.
-            Channel::Rdma(_) => 0,
+            Channel::Rdma(c) => c.poll(peer, st),
             Channel::Local(_) | Channel::Shm(_) | Channel::Connecting(_) => 0,
         }
     }
