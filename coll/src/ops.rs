@@ -210,20 +210,20 @@ impl ByteReduce {
     /// treated as a user operation: a panic is caught and handed back as
     /// for [`ReduceOp::User`].
     pub fn from_fn(f: impl Fn(&mut [u8], &[u8], bool) + 'static) -> ByteReduce {
-        ByteReduce(Kern::User(Rc::new(UserKernel {
-            f: Box::new(f),
-            panic: Default::default(),
-            commutative: true,
-        })))
+        Self::user(Box::new(f), true)
     }
 
     /// [`from_fn`](Self::from_fn) for an operation that need not be
     /// commutative: combined in rank order only ([`ReduceOp::Ordered`]).
     pub fn from_fn_ordered(f: impl Fn(&mut [u8], &[u8], bool) + 'static) -> ByteReduce {
+        Self::user(Box::new(f), false)
+    }
+
+    fn user(f: Box<Kernel>, commutative: bool) -> ByteReduce {
         ByteReduce(Kern::User(Rc::new(UserKernel {
-            f: Box::new(f),
+            f,
             panic: Default::default(),
-            commutative: false,
+            commutative,
         })))
     }
 
@@ -332,15 +332,11 @@ fn make_kernel<T: Reducible>(op: ReduceOp<T>) -> ByteReduce {
             }
         }
     };
-    ByteReduce(if user {
-        Kern::User(Rc::new(UserKernel {
-            f: Box::new(f),
-            panic: Default::default(),
-            commutative,
-        }))
+    if user {
+        ByteReduce::user(Box::new(f), commutative)
     } else {
-        Kern::Builtin(Rc::new(f))
-    })
+        ByteReduce(Kern::Builtin(Rc::new(f)))
+    }
 }
 
 #[cfg(test)]

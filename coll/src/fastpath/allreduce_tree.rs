@@ -6,7 +6,7 @@
 //! its publication, where the flat form has every rank read every input.
 
 use crate::error::Result;
-use crate::fastpath::reduce_tree::partial;
+use crate::fastpath::reduce_tree::{partial, total};
 use crate::fastpath::tree::Node;
 use crate::fastpath::{copy, FastCall, FastIo};
 
@@ -15,16 +15,17 @@ pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
     let input = io.input_at(0, len)?;
     let acc = io.recv_at(0, len)?;
     let node = Node::of(f.rank(), f.size());
-    // SAFETY: `input` was checked and lies outside our slots.
-    let mine = unsafe { partial(f, io, &node, input, len, node.parent.into_iter())? };
-    f.next_call();
     match node.parent {
         None => {
-            // SAFETY: our slot of the first call holds the whole result
-            // (`len` bytes) and stays ours until a later call.
-            unsafe { copy(mine, acc, len) };
+            // SAFETY: `input` was checked; `acc` is our receive buffer,
+            // disjoint from every slot.
+            unsafe { total(f, io, &node, input, acc, len)? };
+            f.next_call();
         }
         Some(p) => {
+            // SAFETY: `input` was checked and lies outside our slots.
+            unsafe { partial(f, io, &node, input, len, std::iter::once(p))? };
+            f.next_call();
             let src = f.data_of(p, len)?;
             // SAFETY: the parent's publication holds `len` bytes (checked);
             // `acc` is our receive buffer, disjoint from every slot.

@@ -439,8 +439,7 @@ impl<'a> FastCall<'a> {
     }
 
     /// [`claim`](Self::claim) of `len` bytes of data, refused beyond the
-    /// slot's capacity; the caller writes them and then publishes with
-    /// [`publish_claimed`](Self::publish_claimed).
+    /// slot's capacity; the caller writes them and then publishes them.
     pub fn claim_data(&mut self, len: usize) -> Result<*mut u8> {
         if len > self.capacity() {
             return Err(Error::InvalidArgument {
@@ -453,12 +452,6 @@ impl<'a> FastCall<'a> {
             });
         }
         self.claim(len)
-    }
-
-    /// Publishes what [`claim_data`](Self::claim_data) made room for,
-    /// waking only members `wake`.
-    pub fn publish_claimed(&mut self, wake: impl Iterator<Item = usize>) {
-        self.publish_waking(wake);
     }
 
     /// Publishes that this rank runs the call as a schedule with `bytes`
@@ -679,13 +672,8 @@ impl<'a> FastCall<'a> {
     /// Waits for member `r`'s publication of this call, whatever its
     /// length: where it is and how long (at most `capacity`).
     pub fn publication_of(&mut self, r: usize) -> Result<(*const u8, usize)> {
-        self.wait_seq(r, self.k)?;
+        let len = self.line_of(r)?;
         let l = self.locals[r];
-        let h = self.area.header(l, self.k);
-        if h.seq() < self.k {
-            return Err(self.skipped(r));
-        }
-        let len = h.len();
         if len & MARKS != 0 {
             return Err(self.decision_mismatch(r, len, self.claimed));
         }
@@ -693,17 +681,24 @@ impl<'a> FastCall<'a> {
         Ok((self.area.data(l, self.k, len), len))
     }
 
+    /// Waits for member `r`'s line of this call; gives its published
+    /// length word (an error when the member ran the call without the
+    /// slots: [`FastCall::skipped`]).
+    fn line_of(&mut self, r: usize) -> Result<usize> {
+        self.wait_seq(r, self.k)?;
+        let h = self.area.header(self.locals[r], self.k);
+        if h.seq() < self.k {
+            return Err(self.skipped(r));
+        }
+        Ok(h.len())
+    }
+
     /// Waits until every member has published this call (failing if one
     /// published [`FAIL_MARK`]: the length shares the line just polled).
     pub fn wait_all(&mut self) -> Result<()> {
         for r in 0..self.size() {
             if r != self.me {
-                self.wait_seq(r, self.k)?;
-                let h = self.area.header(self.locals[r], self.k);
-                if h.seq() < self.k {
-                    return Err(self.skipped(r));
-                }
-                let len = h.len();
+                let len = self.line_of(r)?;
                 if len & FAIL_MARK != 0 {
                     return Err(self.failed_before(r, (len & !FAIL_MARK) as u64));
                 }

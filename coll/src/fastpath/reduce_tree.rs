@@ -16,13 +16,8 @@ pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
     let node = Node::of(me, f.size());
     if me == 0 && io.root == 0 {
         let acc = io.recv_at(0, len)?;
-        // SAFETY: `acc` is our receive buffer (in place: also the input,
-        // where `copy` does nothing), disjoint from every slot.
-        unsafe {
-            copy(input, acc, len);
-            combine_kids(f, io, &node, acc, len)?;
-        }
-        return f.arrive_lazy();
+        // SAFETY: `acc` is our receive buffer, disjoint from every slot.
+        return unsafe { total(f, io, &node, input, acc, len) };
     }
     // SAFETY: `input` was checked; the slot is ours, disjoint from it and
     // from the children's slots.
@@ -35,6 +30,28 @@ pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
         unsafe { copy(src, acc, len) };
     }
     Ok(())
+}
+
+/// The top of the tree (rank 0): `acc = input op p(c1) op p(c2) ...`,
+/// straight into `acc` (nobody reads rank 0's partial), then its arrival.
+///
+/// # Safety
+/// `input` readable for `len` bytes; `acc` writable for `len` bytes,
+/// disjoint from every slot, and equal to `input` or disjoint from it.
+pub(crate) unsafe fn total(
+    f: &mut FastCall,
+    io: &FastIo,
+    node: &Node,
+    input: *const u8,
+    acc: *mut u8,
+    len: usize,
+) -> Result<()> {
+    // SAFETY: the caller's contract (in place `copy` does nothing).
+    unsafe {
+        copy(input, acc, len);
+        combine_kids(f, io, node, acc, len)?;
+    }
+    f.arrive_lazy()
 }
 
 /// Publishes `input` combined with `node`'s children's partial results (in
@@ -62,7 +79,7 @@ pub(crate) unsafe fn partial(
         copy(input, slot, len);
         combine_kids(f, io, node, slot, len)?;
     }
-    f.publish_claimed(wake);
+    f.publish_waking(wake);
     Ok(slot)
 }
 
