@@ -14,65 +14,15 @@ use crate::ops::ReduceOp;
 /// Bytes of one record.
 pub(crate) const RECORD: usize = 64;
 
-/// Reduction operations by code (0: the collective does not reduce).
-const OPS: [&str; 11] = [
-    "", "sum", "prod", "min", "max", "band", "bor", "bxor", "land", "lor", "user",
-];
+use crate::stamp::rooted;
+#[cfg(test)]
+use crate::stamp::OPS;
+pub(crate) use crate::stamp::{type_code, type_name_of};
 
-/// Element types of reductions by code (0: none).
-const TYPES: [&str; 14] = [
-    "u8", "i8", "u16", "i16", "u32", "i32", "u64", "i64", "u128", "i128", "usize", "isize", "f32",
-    "f64",
-];
-
-/// The code of the element type named `name` (a `Datatype::NAME`): its
-/// position in [`TYPES`] plus one, 0 for none; a constant, so a call
-/// carries one byte for it.
-pub(crate) const fn type_code(name: &str) -> u8 {
-    let n = name.as_bytes();
-    let mut i = 0;
-    while i < TYPES.len() {
-        let t = TYPES[i].as_bytes();
-        if t.len() == n.len() {
-            let mut j = 0;
-            while j < t.len() && t[j] == n[j] {
-                j += 1;
-            }
-            if j == t.len() {
-                return i as u8 + 1;
-            }
-        }
-        i += 1;
-    }
-    0
-}
-
-/// The name of type code `code` ("" for none).
-pub(crate) fn type_name_of(code: u8) -> &'static str {
-    (code as usize)
-        .checked_sub(1)
-        .and_then(|i| TYPES.get(i))
-        .copied()
-        .unwrap_or("")
-}
-
-/// The code of `op` in [`OPS`]: a match, not a search of [`OPS`] by name,
-/// since every reduction call computes it (a test keeps the two in step).
+/// The code of `op` (`stamp::OPS`).
 #[inline]
 pub(crate) fn op_code<T>(op: &ReduceOp<T>) -> u8 {
-    match op {
-        ReduceOp::Sum => 1,
-        ReduceOp::Prod => 2,
-        ReduceOp::Min => 3,
-        ReduceOp::Max => 4,
-        ReduceOp::Band => 5,
-        ReduceOp::Bor => 6,
-        ReduceOp::Bxor => 7,
-        ReduceOp::Land => 8,
-        ReduceOp::Lor => 9,
-        ReduceOp::User(_) => 10,
-        ReduceOp::Ordered(_) => 11,
-    }
+    op.code()
 }
 
 /// One rank's signature of one call.
@@ -150,18 +100,6 @@ pub(crate) fn type_field(name: &str) -> [u8; 8] {
     t
 }
 
-fn rooted(c: Collective) -> bool {
-    matches!(
-        c,
-        Collective::Bcast
-            | Collective::Reduce
-            | Collective::Gather
-            | Collective::Gatherv
-            | Collective::Scatter
-            | Collective::Scatterv
-    )
-}
-
 /// Whether every rank's own block must have the same size.
 fn uniform(c: Collective) -> bool {
     !matches!(
@@ -237,7 +175,7 @@ pub(crate) fn verify(recs: &[Sig], group: &[usize], me: usize, op: Op) -> Verdic
     }
     let rr = &recs[refr];
     if let Some(b) = recs.iter().position(|r| r.rop != rr.rop) {
-        let name = |x: u8| OPS.get(x as usize).copied().unwrap_or("?").to_string();
+        let name = |x: u8| crate::stamp::op_name_of(x).to_string();
         return mm(
             "reduction operation",
             refr,
@@ -322,6 +260,7 @@ mod tests {
             ReduceOp::Land,
             ReduceOp::Lor,
             user,
+            ReduceOp::<u64>::ordered(|a, b| a ^ b),
         ] {
             assert_eq!(OPS[op_code(&op) as usize], op.name());
         }
@@ -350,10 +289,6 @@ mod tests {
         s.layout = Some(7);
         assert_eq!(Sig::decode(&s.encode()), Some(s.clone()));
         assert_eq!(s.type_name(), "f64");
-        for t in TYPES {
-            assert_eq!(type_name_of(type_code(t)), t);
-        }
-        assert_eq!(type_code("f16"), 0);
     }
 
     #[test]

@@ -287,14 +287,10 @@ impl std::hash::Hasher for IdHasher {
     }
 }
 
-/// A reduction's signature for `IBCOLL_CHECK`: the op's and the element
-/// type's codes (`check::op_code`, `check::type_code`; 0 where unnamed).
+/// A reduction's codes for the call's stamp and `IBCOLL_CHECK`: the op's
+/// and the element type's (`stamp::OPS`, `stamp::type_code`; a byte-level
+/// call's `ByteReduce::codes`).
 type OpSig = (u8, u8);
-
-/// The codes of a reduction whose op and type the caller does not name
-/// (the byte-level calls of `raw.rs`): such calls are checked for root,
-/// count and collective, not for op and type.
-const UNNAMED_OP: OpSig = (0, 0);
 
 type CtxMap = HashMap<u32, CommInfo, std::hash::BuildHasherDefault<IdHasher>>;
 
@@ -355,6 +351,12 @@ impl<'c> Spec<'c> {
             rop: 0,
             rty: 0,
         }
+    }
+
+    /// The call's stamp (`crate::stamp`).
+    #[inline]
+    fn stamp(&self) -> u32 {
+        crate::stamp::stamp(self.coll, self.root, self.rop, self.rty)
     }
 
     fn uniform(mut self) -> Spec<'c> {
@@ -570,7 +572,8 @@ impl Comm {
                 TransportMode::Auto => select::Net::Tcp,
             }
         };
-        let spec = Spec::new(Collective::Allreduce, 1, 1).uniform();
+        let mut spec = Spec::new(Collective::Allreduce, 1, 1).uniform();
+        (spec.rop, spec.rty) = byte_reduce::<u8>(ReduceOp::Max).codes();
         let args = self.args(&spec, "recursive_doubling", &[], 65536, 8);
         let sched = (find(Collective::Allreduce, "recursive_doubling").and_then(|a| a.schedule()))
             .map(|b| b(&args))
@@ -587,7 +590,7 @@ impl Comm {
                 recv.as_mut_ptr(),
                 recv.len(),
                 Some(byte_reduce::<u8>(ReduceOp::Max)),
-                self.wire(tag),
+                self.wire(tag, spec.stamp()),
                 Op::Collective(caller),
             )
         }?;
@@ -620,7 +623,7 @@ impl Comm {
                 recv.as_mut_ptr(),
                 recv.len(),
                 None,
-                self.wire(tag),
+                self.wire(tag, spec.stamp()),
                 Op::Collective(Collective::Allgather),
             )
         }?;
@@ -646,7 +649,7 @@ impl Comm {
                 recv.as_mut_ptr(),
                 recv.len(),
                 None,
-                self.wire(tag),
+                self.wire(tag, spec.stamp()),
                 Op::Collective(Collective::Alltoall),
             )
         }?;
@@ -783,8 +786,10 @@ impl Comm {
         }
     }
 
-    fn wire(&self, tag: i32) -> Wire {
+    /// Where a run of this communicator talks, for a call with `stamp`.
+    fn wire(&self, tag: i32, stamp: u32) -> Wire {
         Wire {
+            stamp,
             ctx: self.ctx + 1,
             tag,
             me: self.rank(),
@@ -904,7 +909,7 @@ impl Comm {
                 c.recv,
                 c.recv_len,
                 c.reduce,
-                self.wire(tag),
+                self.wire(tag, s.stamp()),
                 Op::Collective(s.coll),
             )
         }
@@ -979,7 +984,7 @@ impl Comm {
                             }
                         }
                         if io.reduce.is_some_and(|k| k.is_user()) {
-                            return self.fast_user(e, area, locals, s.coll, &io);
+                            return self.fast_user(e, area, locals, s.coll, &io, s.stamp());
                         }
                         let mut f = FastCall::begin(
                             &mut e,
@@ -989,6 +994,7 @@ impl Comm {
                             &self.group,
                             self.ctx + 1,
                             op,
+                            s.stamp(),
                         );
                         return fastpath::run(s.coll, &mut f, &io).map_err(|x| x.with_op(op));
                     }
@@ -1026,7 +1032,8 @@ impl Comm {
             self.rank(),
             op,
         )?;
-        let mut f = FastCall::begin(e, area, self.rank(), locals, &self.group, ctx, op);
+        // It publishes only a mark: no stamp.
+        let mut f = FastCall::begin(e, area, self.rank(), locals, &self.group, ctx, op, 0);
         Some(f.refuse_because(x))
     }
 
@@ -1062,6 +1069,7 @@ impl Comm {
             &self.group,
             self.ctx + 1,
             op,
+            0,
         );
         f.announce_schedule(bytes, locals)
             .map_err(|x| x.with_op(op))
@@ -1079,6 +1087,7 @@ impl Comm {
         locals: &[usize],
         coll: Collective,
         io: &FastIo<'_>,
+        stamp: u32,
     ) -> Result<()> {
         let op = Op::Collective(coll);
         let mut f = FastCall::begin(
@@ -1089,6 +1098,7 @@ impl Comm {
             &self.group,
             self.ctx + 1,
             op,
+            stamp,
         );
         let res = fastpath::run(coll, &mut f, io).map_err(|x| x.with_op(op));
         drop(f);

@@ -41,7 +41,7 @@ impl fmt::Display for Op {
 /// names the property, `a_value` and `b_value` are what each rank passed
 /// (for a transfer, `what` is empty and the values say what each side
 /// sends or expects).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Disagreement {
     pub what: String,
     pub a_value: String,

@@ -36,6 +36,7 @@ pub mod schedule;
 pub mod scope;
 pub mod select;
 pub mod sim;
+pub(crate) mod stamp;
 pub mod transport;
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -56,6 +56,25 @@ impl<T> ReduceOp<T> {
     }
 
     /// Short name, for messages.
+    /// The operation's code in `stamp::OPS` (a call's stamp and
+    /// `IBCOLL_CHECK`'s signature carry it).
+    #[inline]
+    pub(crate) fn code(&self) -> u8 {
+        match self {
+            ReduceOp::Sum => 1,
+            ReduceOp::Prod => 2,
+            ReduceOp::Min => 3,
+            ReduceOp::Max => 4,
+            ReduceOp::Band => 5,
+            ReduceOp::Bor => 6,
+            ReduceOp::Bxor => 7,
+            ReduceOp::Land => 8,
+            ReduceOp::Lor => 9,
+            ReduceOp::User(_) => 10,
+            ReduceOp::Ordered(_) => 11,
+        }
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             ReduceOp::Sum => "sum",
@@ -170,7 +189,13 @@ float_reducible!(f32, f64);
 /// ([`ByteReduce::take_panic`]) once the collective has finished and
 /// nothing points into its buffers any more.
 #[derive(Clone)]
-pub struct ByteReduce(Kern);
+pub struct ByteReduce(Kern, OpCodes);
+
+/// The operation's and element type's codes (`stamp::OPS`,
+/// `stamp::TYPES`) for a call's stamp: `(user, none)` where unknown.
+type OpCodes = (u8, u8);
+
+const USER_CODES: OpCodes = (10, 0);
 
 /// One reference either way, so that handing out the cached kernel of a
 /// built-in operation (every reducing call does) costs one increment.
@@ -220,11 +245,15 @@ impl ByteReduce {
     }
 
     fn user(f: Box<Kernel>, commutative: bool) -> ByteReduce {
-        ByteReduce(Kern::User(Rc::new(UserKernel {
-            f,
-            panic: Default::default(),
-            commutative,
-        })))
+        let codes = if commutative { USER_CODES } else { (11, 0) };
+        ByteReduce(
+            Kern::User(Rc::new(UserKernel {
+                f,
+                panic: Default::default(),
+                commutative,
+            })),
+            codes,
+        )
     }
 
     /// Whether the operation may be combined in any order (every built-in
@@ -258,6 +287,12 @@ impl ByteReduce {
             Kern::Builtin(_) => None,
             Kern::User(u) => u.panic.borrow_mut().take(),
         }
+    }
+
+    /// The operation's and element type's codes (see [`OpCodes`]).
+    #[inline]
+    pub(crate) fn codes(&self) -> OpCodes {
+        self.1
     }
 
     /// Whether this is a user operation (which may panic).
@@ -301,7 +336,10 @@ pub fn byte_reduce<T: Reducible>(op: ReduceOp<T>) -> ByteReduce {
     // closure costs a stalled load on every call (the caller stored it in
     // narrower pieces than the copy reads).
     if let Some(f) = T::with_kernel(i, |k| k.clone()) {
-        return ByteReduce(Kern::Builtin(f));
+        return ByteReduce(
+            Kern::Builtin(f),
+            (i as u8 + 1, const { crate::stamp::type_code(T::NAME) }),
+        );
     }
     let f = make_kernel(op);
     if let Kern::Builtin(k) = &f.0 {
@@ -311,6 +349,7 @@ pub fn byte_reduce<T: Reducible>(op: ReduceOp<T>) -> ByteReduce {
 }
 
 fn make_kernel<T: Reducible>(op: ReduceOp<T>) -> ByteReduce {
+    let codes = (op.code(), const { crate::stamp::type_code(T::NAME) });
     let user = matches!(op, ReduceOp::User(_) | ReduceOp::Ordered(_));
     let commutative = !matches!(op, ReduceOp::Ordered(_));
     let f = move |dst: &mut [u8], src: &[u8], src_left: bool| {
@@ -335,7 +374,7 @@ fn make_kernel<T: Reducible>(op: ReduceOp<T>) -> ByteReduce {
     if user {
         ByteReduce::user(Box::new(f), commutative)
     } else {
-        ByteReduce(Kern::Builtin(Rc::new(f)))
+        ByteReduce(Kern::Builtin(Rc::new(f)), codes)
     }
 }
 

@@ -8,7 +8,7 @@
 //! Buffers are whole elements (`len` a multiple of `esize`); counts are in
 //! elements. Everything else is as in the typed calls.
 
-use super::{prefix, CollRequest, Collective, Comm, Result, Scope, UNNAMED_OP};
+use super::{prefix, CollRequest, Collective, Comm, Result, Scope};
 use crate::ops::ByteReduce;
 
 impl Comm {
@@ -38,7 +38,7 @@ impl Comm {
         let c = Collective::Reduce;
         self.check_root(c, root)?;
         self.check_raw(c, esize, &[send.map_or(0, |s| s.len()), recv.len()])?;
-        self.block(self.reduce_like_bytes(c, send, recv, esize, (op.clone(), UNNAMED_OP), root))
+        self.block(self.reduce_like_bytes(c, send, recv, esize, (op.clone(), op.codes()), root))
     }
 
     /// [`Comm::allreduce`] on bytes; `send` `None` is in place.
@@ -51,7 +51,7 @@ impl Comm {
     ) -> Result<()> {
         let c = Collective::Allreduce;
         self.check_raw(c, esize, &[send.map_or(0, |s| s.len()), recv.len()])?;
-        self.block(self.reduce_like_bytes(c, send, recv, esize, (op.clone(), UNNAMED_OP), 0))
+        self.block(self.reduce_like_bytes(c, send, recv, esize, (op.clone(), op.codes()), 0))
     }
 
     /// [`Comm::scan`] (or with `exclusive`, [`Comm::exscan`]) on bytes;
@@ -70,7 +70,7 @@ impl Comm {
             Collective::Scan
         };
         self.check_raw(c, esize, &[send.map_or(0, |s| s.len()), recv.len()])?;
-        self.block(self.reduce_like_bytes(c, send, recv, esize, (op.clone(), UNNAMED_OP), 0))
+        self.block(self.reduce_like_bytes(c, send, recv, esize, (op.clone(), op.codes()), 0))
     }
 
     /// [`Comm::reduce_scatter`] on bytes (`counts` per rank, in elements);
@@ -94,7 +94,7 @@ impl Comm {
             return Err(self.coll_err(c, "reduce_scatter_block has no in-place form".into()));
         }
         let k = counts.as_ref().map(|(k, d)| (*k, &d[..]));
-        self.block(self.reduce_scatter_bytes(c, send, recv, esize, k, (op.clone(), UNNAMED_OP)))
+        self.block(self.reduce_scatter_bytes(c, send, recv, esize, k, (op.clone(), op.codes())))
     }
 
     /// Nonblocking [`Comm::reduce_raw`].
@@ -112,7 +112,7 @@ impl Comm {
         self.check_raw(c, esize, &[send.map_or(0, |s| s.len()), recv.len()])?;
         self.nonblock(
             scope,
-            self.reduce_like_bytes(c, send, recv, esize, (op.clone(), UNNAMED_OP), root),
+            self.reduce_like_bytes(c, send, recv, esize, (op.clone(), op.codes()), root),
         )
     }
 
@@ -129,7 +129,7 @@ impl Comm {
         self.check_raw(c, esize, &[send.map_or(0, |s| s.len()), recv.len()])?;
         self.nonblock(
             scope,
-            self.reduce_like_bytes(c, send, recv, esize, (op.clone(), UNNAMED_OP), 0),
+            self.reduce_like_bytes(c, send, recv, esize, (op.clone(), op.codes()), 0),
         )
     }
 
@@ -151,7 +151,7 @@ impl Comm {
         self.check_raw(c, esize, &[send.map_or(0, |s| s.len()), recv.len()])?;
         self.nonblock(
             scope,
-            self.reduce_like_bytes(c, send, recv, esize, (op.clone(), UNNAMED_OP), 0),
+            self.reduce_like_bytes(c, send, recv, esize, (op.clone(), op.codes()), 0),
         )
     }
 
@@ -176,7 +176,7 @@ impl Comm {
         let k = counts.as_ref().map(|(k, d)| (*k, &d[..]));
         self.nonblock(
             scope,
-            self.reduce_scatter_bytes(c, send, recv, esize, k, (op.clone(), UNNAMED_OP)),
+            self.reduce_scatter_bytes(c, send, recv, esize, k, (op.clone(), op.codes())),
         )
     }
 }

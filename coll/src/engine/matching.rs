@@ -36,6 +36,8 @@ pub(crate) struct Unexpected {
     pub src: u32,
     pub tag: i32,
     pub len: usize,
+    /// The message's collective stamp (`Header::stamp`).
+    pub stamp: u32,
     pub body: Body,
 }
 
@@ -122,6 +124,19 @@ impl Matcher {
         self.unexpected.remove(i)
     }
 
+    /// Whether any message waits unexpected.
+    #[inline]
+    pub fn has_unexpected(&self) -> bool {
+        !self.unexpected.is_empty()
+    }
+
+    /// The unexpected messages of context `ctx` and tag `tag`.
+    pub fn unexpected_of(&self, ctx: u32, tag: i32) -> impl Iterator<Item = &Unexpected> {
+        self.unexpected
+            .iter()
+            .filter(move |u| u.ctx == ctx && u.tag == tag)
+    }
+
     /// The earliest unexpected message a receive would match (for probe).
     pub fn peek_unexpected(
         &self,
@@ -164,6 +179,7 @@ mod tests {
             src,
             tag,
             len: 1,
+            stamp: 0,
             body: Body::Eager(vec![id]),
         }
     }

@@ -99,6 +99,16 @@ pub(crate) struct State {
     /// The latest operations (context, tag) this process failed in a way
     /// a notice would report: later notices about them say nothing new.
     pub failed_ops: VecDeque<(u32, i32)>,
+    /// The rank whose loss first failed an operation of this process (the
+    /// one a lost peer's goodbye named, if it named one): its own goodbye
+    /// carries it ([`crate::transport::bye_header`]).
+    pub lost_cause: Option<usize>,
+    /// This process's latest collective calls: context, tag and stamp
+    /// (see `notice.rs`, [`Conflict`](notice::Conflict)).
+    pub calls: VecDeque<(u32, i32, u32)>,
+    /// Messages of those calls that carried another stamp, not yet
+    /// reported (counted in `notices` and `notices_waiting`).
+    pub conflicts: Vec<notice::Conflict>,
 }
 
 /// Buffers [`State::eager_pool`] keeps at most (each up to the largest
@@ -128,6 +138,17 @@ pub(crate) fn cma_error(rank: usize, peer: usize, op: ErrOp, e: ibcoll_shm::ShmE
             transport: "shm",
             detail: e.to_string(),
         },
+    }
+}
+
+/// Why a peer whose channel is closed is gone: it finalized, and if its
+/// goodbye said so, after an operation of its failed because another rank
+/// was lost (that rank is the cause to report).
+#[cold]
+fn closed_reason(chan: Option<&Channel>) -> String {
+    match chan.and_then(Channel::bye_cause) {
+        Some(r) => format!("it has finalized after losing rank {r}"),
+        None => "it has finalized".into(),
     }
 }
 
@@ -183,6 +204,9 @@ impl State {
             notices: 0,
             notices_waiting: 0,
             failed_ops: VecDeque::new(),
+            lost_cause: None,
+            calls: VecDeque::new(),
+            conflicts: Vec::new(),
         }
     }
 
@@ -206,6 +230,7 @@ impl State {
                     ));
                 }
                 if let Some(tok) = self.matcher.take_posted(hdr.ctx, hdr.src, hdr.tag) {
+                    self.set_stamp(tok, hdr.stamp);
                     self.finish_eager(tok, peer, hdr.src, hdr.tag, payload);
                 } else {
                     if notice::is_notice(hdr.tag) {
@@ -218,8 +243,12 @@ impl State {
                         src: hdr.src,
                         tag: hdr.tag,
                         len: payload.len(),
+                        stamp: hdr.stamp,
                         body,
                     });
+                    if hdr.stamp != 0 {
+                        self.check_stamp(hdr.ctx, hdr.tag, hdr.src, peer, hdr.stamp);
+                    }
                 }
             }
             Kind::Rts => {
@@ -227,6 +256,7 @@ impl State {
                 let len =
                     usize::try_from(hdr.len).map_err(|_| "RTS length overflows".to_string())?;
                 if let Some(tok) = self.matcher.take_posted(hdr.ctx, hdr.src, hdr.tag) {
+                    self.set_stamp(tok, hdr.stamp);
                     self.start_rndv(tok, peer, info, hdr.src, hdr.tag, len, hdr.seq, addr);
                 } else {
                     self.matcher.add_unexpected(Unexpected {
@@ -235,11 +265,15 @@ impl State {
                         src: hdr.src,
                         tag: hdr.tag,
                         len,
+                        stamp: hdr.stamp,
                         body: Body::Rts {
                             send_token: hdr.seq,
                             addr,
                         },
                     });
+                    if hdr.stamp != 0 {
+                        self.check_stamp(hdr.ctx, hdr.tag, hdr.src, peer, hdr.stamp);
+                    }
                 }
             }
             Kind::Cts => {
@@ -312,6 +346,18 @@ impl State {
         cap: usize,
     ) -> Result<Status> {
         recv_result(self.rank, peer, src, tag, msg_len, cap)
+    }
+
+    /// Records on receive `tok` the stamp of the message it matched.
+    #[inline]
+    fn set_stamp(&mut self, tok: Token, got: u32) {
+        if let Some(Op {
+            kind: OpKind::Recv { stamp, .. },
+            ..
+        }) = self.ops.get_mut(tok)
+        {
+            *stamp = got;
+        }
     }
 
     /// Copies an eager payload into the receive `tok` and completes it.
@@ -576,8 +622,9 @@ impl State {
 
     /// Fails every pending operation that needs `peer`. `died` (rather than
     /// finalized) also fails any-source receives of communicators holding
-    /// the peer.
-    pub fn fail_peer(&mut self, peer: usize, reason: &str, died: bool) {
+    /// the peer; `cause` is the rank whose loss that was at bottom (the
+    /// peer, or the rank its goodbye named).
+    pub fn fail_peer(&mut self, peer: usize, reason: &str, died: bool, cause: usize) {
         let rank = self.rank;
         let toks: Vec<Token> = self.ops.tokens().collect();
         for tok in toks {
@@ -608,6 +655,7 @@ impl State {
             if !hit {
                 continue;
             }
+            self.lost_cause.get_or_insert(cause);
             op.result = Some(Err(Error::PeerLost {
                 rank,
                 peer,
@@ -670,6 +718,12 @@ pub(crate) struct FastSeq {
     /// A member published something else for the announced call:
     /// (communicator rank, what it published).
     pub split: Option<(usize, usize)>,
+    /// The fast-path call this process waits in for a member's line: the
+    /// member's local rank and the call ([`Engine::check_passed`]).
+    pub awaited: Option<(usize, u64)>,
+    /// A later call the awaited member published instead: it went on
+    /// without publishing the awaited one, so the two disagree on it.
+    pub passed: Option<u64>,
 }
 
 /// A schedule's announcement in the slots (`crate::fastpath::SCHEDULE_MARK`).
@@ -691,6 +745,8 @@ impl FastSeq {
             failed: 0,
             announced: None,
             split: None,
+            awaited: None,
+            passed: None,
         }
     }
 }
@@ -817,7 +873,7 @@ impl Engine {
                 rank: self.st.rank,
                 peer,
                 op,
-                reason: "it has finalized".into(),
+                reason: closed_reason(self.peers.chan(peer)),
             }),
             Health::Failed(r) => Some(Error::PeerLost {
                 rank: self.st.rank,
@@ -842,7 +898,24 @@ impl Engine {
         buf: *const u8,
         len: usize,
     ) -> Result<Posted2> {
-        self.post_send_mode(peer, ctx, src, tag, buf, len, false)
+        self.post_send_mode(peer, ctx, src, tag, buf, len, false, 0)
+    }
+
+    /// [`post_send`](Self::post_send) of a message of a collective call
+    /// with `stamp` ([`Header::stamp`]), which the matched receive records
+    /// for its run to compare with its own.
+    #[allow(clippy::too_many_arguments)]
+    pub fn post_send_stamped(
+        &mut self,
+        peer: usize,
+        ctx: u32,
+        src: u32,
+        tag: i32,
+        buf: *const u8,
+        len: usize,
+        stamp: u32,
+    ) -> Result<Posted2> {
+        self.post_send_mode(peer, ctx, src, tag, buf, len, false, stamp)
     }
 
     /// A synchronous send (MPI_Ssend): always by rendezvous, at any size,
@@ -857,7 +930,7 @@ impl Engine {
         buf: *const u8,
         len: usize,
     ) -> Result<Posted2> {
-        self.post_send_mode(peer, ctx, src, tag, buf, len, true)
+        self.post_send_mode(peer, ctx, src, tag, buf, len, true, 0)
     }
 
     #[inline(always)]
@@ -871,6 +944,7 @@ impl Engine {
         buf: *const u8,
         len: usize,
         sync: bool,
+        stamp: u32,
     ) -> Result<Posted2> {
         let slot = match self.peers.slot(peer) {
             Some(i) => i,
@@ -891,6 +965,7 @@ impl Engine {
             ctx,
             len: len as u64,
             seq: 0,
+            stamp,
         };
         let idle = p.send_queue.is_empty();
         if !sync && len <= ch.eager_limit() {
@@ -1008,6 +1083,7 @@ impl Engine {
                 buf,
                 cap,
                 stage: RecvStage::Posted,
+                stamp: 0,
             },
             result: None,
         });
@@ -1018,6 +1094,7 @@ impl Engine {
             return tok;
         }
         if let Some(u) = self.st.matcher.take_unexpected(ctx, src, tag) {
+            self.st.set_stamp(tok, u.stamp);
             match u.body {
                 Body::Eager(data) => {
                     self.st.finish_eager(tok, u.peer, u.src, u.tag, &data);
@@ -1159,7 +1236,7 @@ impl Engine {
         }
         let (reason, died) = match p.chan.health() {
             Health::Open => return,
-            Health::Closed => ("it has finalized".to_string(), false),
+            Health::Closed => (closed_reason(Some(&p.chan)), false),
             Health::Failed(r) => (r.clone(), true),
         };
         p.reported = true;
@@ -1167,7 +1244,8 @@ impl Engine {
         self.queued -= p.send_queue.len();
         p.send_queue.clear();
         let peer = p.rank;
-        self.st.fail_peer(peer, &reason, died);
+        let cause = p.chan.bye_cause().unwrap_or(peer);
+        self.st.fail_peer(peer, &reason, died, cause);
     }
 
     /// Removes a completed operation and returns its outcome.
@@ -1263,6 +1341,18 @@ impl Engine {
                 self.st.rank,
                 crate::ops::panic_message(p)
             ));
+        }
+    }
+
+    /// The stamp of the message receive `tok` matched (0: none yet, or a
+    /// message without one).
+    pub fn recv_stamp(&self, tok: Token) -> u32 {
+        match self.st.ops.get(tok) {
+            Some(Op {
+                kind: OpKind::Recv { stamp, .. },
+                ..
+            }) => *stamp,
+            _ => 0,
         }
     }
 

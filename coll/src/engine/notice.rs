@@ -70,6 +70,121 @@ pub(crate) struct Notice {
     pub payload: Vec<u8>,
 }
 
+/// Collective calls [`State::calls`] remembers (context, tag, stamp).
+const CALLS_KEPT: usize = 16;
+
+/// A message of a collective call (context and tag) that this process
+/// makes or made with another stamp (`Header::stamp`): the two ranks
+/// disagree on the call, though the message itself was never matched (a
+/// root that sends to a rank that, by its own root, receives from
+/// another). Found by the engine, reported like a notice: the run of that
+/// call fails (or, when it is over, the next call on the context), and
+/// tells the others.
+pub(crate) struct Conflict {
+    pub ctx: u32,
+    pub tag: i32,
+    /// Communicator rank and world rank of the sender.
+    pub src: u32,
+    pub peer: usize,
+    /// The message's stamp and this process's.
+    pub got: u32,
+    pub mine: u32,
+}
+
+impl State {
+    /// Remembers that this process runs collective call `tag` on `ctx`
+    /// with `stamp`, and looks at the messages of that call that arrived
+    /// already and went unmatched: one with another stamp is a
+    /// [`Conflict`] (so is any that arrives later, see
+    /// [`State::check_stamp`]).
+    pub(crate) fn note_call(&mut self, ctx: u32, tag: i32, stamp: u32) {
+        if self.calls.len() == CALLS_KEPT {
+            self.calls.pop_front();
+        }
+        self.calls.push_back((ctx, tag, stamp));
+        if self.matcher.has_unexpected() {
+            self.find_conflicts(ctx, tag, stamp);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn find_conflicts(&mut self, ctx: u32, tag: i32, mine: u32) {
+        let found: Vec<Conflict> = self
+            .matcher
+            .unexpected_of(ctx, tag)
+            .filter(|u| u.stamp != 0 && u.stamp != mine)
+            .map(|u| Conflict {
+                ctx,
+                tag,
+                src: u.src,
+                peer: u.peer,
+                got: u.stamp,
+                mine,
+            })
+            .collect();
+        for c in found {
+            self.add_conflict(c);
+        }
+    }
+
+    /// An unmatched message of call `tag` on `ctx` with `stamp` arrived
+    /// from `src` (world rank `peer`): a [`Conflict`] when this process
+    /// makes or made that call with another stamp. One short scan of the
+    /// calls remembered, per message that arrives before its receive.
+    #[inline]
+    pub(super) fn check_stamp(&mut self, ctx: u32, tag: i32, src: u32, peer: usize, stamp: u32) {
+        let mine = self
+            .calls
+            .iter()
+            .rev()
+            .find(|&&(c, t, _)| c == ctx && t == tag)
+            .map(|&(_, _, s)| s);
+        if let Some(mine) = mine.filter(|&m| m != stamp) {
+            self.add_conflict(Conflict {
+                ctx,
+                tag,
+                src,
+                peer,
+                got: stamp,
+                mine,
+            });
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn add_conflict(&mut self, c: Conflict) {
+        // One per call is enough to fail it.
+        if self
+            .conflicts
+            .iter()
+            .any(|x| x.ctx == c.ctx && x.tag == c.tag)
+        {
+            return;
+        }
+        self.conflicts.push(c);
+        // Waiters look for notices when the count moves.
+        self.note_notice();
+    }
+
+    /// Takes the first conflict on `ctx` whose call's tag `pick` accepts.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn take_conflict(
+        &mut self,
+        ctx: u32,
+        pick: impl Fn(i32) -> bool,
+    ) -> Option<Conflict> {
+        let i = self
+            .conflicts
+            .iter()
+            .position(|c| c.ctx == ctx && pick(c.tag & NOTICE_MASK))?;
+        self.notices_waiting = self.notices_waiting.saturating_sub(1);
+        Some(self.conflicts.remove(i))
+    }
+}
+
 impl Engine {
     /// Sends `payload` as a notice about operation `tag` on context `ctx`
     /// to world rank `peer` (`src`: this rank in the communicator), if it

@@ -54,6 +54,9 @@ pub(crate) enum OpKind {
         buf: *mut u8,
         cap: usize,
         stage: RecvStage,
+        /// The stamp of the message it matched (`Header::stamp`; 0 before
+        /// it matched one, or for a message that has none).
+        stamp: u32,
     },
 }
 

@@ -313,6 +313,30 @@ impl Engine {
         }
     }
 
+    /// While a fast-path call has blocked on a member's line for a
+    /// liveness interval: whether that member has published a later call
+    /// instead (its other lines), i.e. went on without taking part in this
+    /// one as this rank expects (a bcast whose root the two disagree on:
+    /// the member, a reader by its own root, publishes nothing, while this
+    /// rank waits for its data). Sets `fast.passed`; the wait then fails
+    /// the call instead of hanging. Costs one look at the member's lines
+    /// per interval, never on a call that does not block.
+    pub(crate) fn check_passed(&mut self) {
+        let (Some((l, k)), None, Some(node)) = (self.fast.awaited, self.fast.passed, &self.node)
+        else {
+            return;
+        };
+        let Ok(area) = ibcoll_shm::SlotArea::new(node, self.cfg.shm_coll_bytes) else {
+            return;
+        };
+        let later = (1..ibcoll_shm::SLOT_LINES as u64)
+            .map(|j| area.header(l, k + j).seq())
+            .filter(|&s| s > k)
+            .max();
+        let m = area.mark(l).seq();
+        self.fast.passed = later.or((m > k).then_some(m));
+    }
+
     /// Every `IBCOLL_BLOCK_MS`, checks that the peers this rank waits on
     /// are alive (shm: the process exists; rdma: the heartbeat of a QP); a
     /// vanished one (that did not say goodbye) fails its channel. Only
@@ -327,6 +351,7 @@ impl Engine {
         self.last_liveness = Instant::now();
         self.take_launcher_news();
         self.check_announced();
+        self.check_passed();
         if let Some(ib) = &mut self.shm_inbox {
             // A dead sender's half-written record would hold up the others'.
             ib.skip_dead_reservation(self.local_rank);
@@ -404,19 +429,20 @@ impl Engine {
             eprintln!("{}", self.stats_line());
         }
         let deadline = Instant::now() + self.cfg.peer_timeout;
+        let cause = self.st.lost_cause.map_or(0, |p| p as u64 + 1);
         let mut bye_pending: Vec<usize> = Vec::new();
         for slot in 0..self.peers.list.len() {
             let p = &mut self.peers.list[slot];
             let delivered = match &mut p.chan {
-                Channel::Shm(c) => c.health != Health::Open || c.send_bye(),
+                Channel::Shm(c) => c.health != Health::Open || c.send_bye(cause),
                 Channel::Tcp(c) => {
                     if c.health == Health::Open {
-                        c.send_bye();
+                        c.send_bye(cause);
                     }
                     true
                 }
                 Channel::Rdma(c) => {
-                    c.send_bye();
+                    c.send_bye(cause);
                     true
                 }
                 Channel::Local(_) | Channel::Connecting(_) => true,
@@ -430,7 +456,7 @@ impl Engine {
         {
             self.progress();
             bye_pending.retain(|&p| match self.peers.get_mut(p).map(|x| &mut x.chan) {
-                Some(Channel::Shm(c)) => c.health == Health::Open && !c.send_bye(),
+                Some(Channel::Shm(c)) => c.health == Health::Open && !c.send_bye(cause),
                 _ => false,
             });
             if self.tcp_backlog() {

@@ -70,10 +70,16 @@ impl FastCall<'_> {
     /// or the call's end) to member `r` as this call's message.
     pub fn send_msg(&mut self, r: usize, buf: *const u8, len: usize) {
         let tag = self.msg_tag();
-        match self
-            .e
-            .post_send(self.group[r], self.ctx, self.me as u32, tag, buf, len)
-        {
+        let stamp = (self.stamp >> super::STAMP_SHIFT) as u32;
+        match self.e.post_send_stamped(
+            self.group[r],
+            self.ctx,
+            self.me as u32,
+            tag,
+            buf,
+            len,
+            stamp,
+        ) {
             Ok(Posted2::Done) => {}
             Ok(Posted2::Pending(t)) => self.msgs().pending.push((t, r, None)),
             Err(e) => {
@@ -153,9 +159,14 @@ impl FastCall<'_> {
                     None => self.e.wait_until(|e| e.is_done(t)),
                 }
             }
+            let got = self.e.recv_stamp(t);
             match self.e.take_result(t) {
                 Some(Ok(st)) => {
-                    if let Some(w) = want.filter(|&w| w != st.len) {
+                    if want.is_some() && got != (self.stamp >> super::STAMP_SHIFT) as u32 {
+                        err.get_or_insert(
+                            self.stamp_mismatch(r, (got as usize) << super::STAMP_SHIFT),
+                        );
+                    } else if let Some(w) = want.filter(|&w| w != st.len) {
                         err.get_or_insert(self.mismatch(r, st.len, w));
                     }
                 }

@@ -112,6 +112,26 @@ pub(crate) fn note_schedule_mismatch(e: &mut Engine, group: &[usize]) {
 /// Either mark: the published length is not data.
 const MARKS: usize = SCHEDULE_MARK | FAIL_MARK;
 
+/// Where a data publication's length word holds the call's stamp
+/// (`crate::stamp`, 32 bits): above the length (`IBCOLL_SHM_COLL_BYTES`
+/// is at most 2^28) and below the marks, so that a reader that compares
+/// the word with what it expects tests the collective, root, operation
+/// and type of the call with the same load and compare.
+const STAMP_SHIFT: u32 = 29;
+
+/// The length bits of a data publication's word.
+const LEN_BITS: usize = (1 << STAMP_SHIFT) - 1;
+
+/// The length of a published word: data's without its stamp, a mark as
+/// it is.
+fn plain(v: usize) -> usize {
+    if v & MARKS == 0 {
+        v & LEN_BITS
+    } else {
+        v
+    }
+}
+
 /// The bytes of a [`SCHEDULE_MARK`] read from a mark line that has moved
 /// on to a later call: the member ran the call as messages, with bytes
 /// this rank cannot know.
@@ -122,6 +142,7 @@ const BYTES_UNKNOWN: usize = (1 << 60) - 1;
 #[cold]
 #[inline(never)]
 fn decision_error(a: usize, op: Op, k: u64, b: usize, got: usize, mine: usize) -> Error {
+    let (got, mine) = (plain(got), plain(mine));
     let say = |v: usize| {
         if v & SCHEDULE_MARK != 0 && v & !SCHEDULE_MARK == BYTES_UNKNOWN {
             "ran it as messages".into()
@@ -217,6 +238,9 @@ pub(crate) struct FastCall<'a> {
     /// ([`blocks`]).
     ctx: u32,
     op: Op,
+    /// The call's stamp (`crate::stamp`) where a data publication's word
+    /// holds it ([`STAMP_SHIFT`]).
+    stamp: usize,
     /// The call's messages: waited for by [`FastCall::finish`], or when
     /// the call is dropped, so that none outlives the buffers it uses.
     msgs: Option<Box<blocks::Msgs>>,
@@ -241,7 +265,9 @@ impl<'a> FastCall<'a> {
 
     /// Starts the next fast-path collective as communicator rank `me` of a
     /// communicator that [`eligible`] accepted (`locals` is its answer);
-    /// `ctx` is its collective context.
+    /// `ctx` is its collective context, `stamp` the call's stamp (every
+    /// member's publications of a correct call carry the same).
+    #[allow(clippy::too_many_arguments)]
     pub fn begin(
         e: &'a mut Engine,
         area: SlotArea<'a>,
@@ -250,6 +276,7 @@ impl<'a> FastCall<'a> {
         group: &'a Rc<[usize]>,
         ctx: u32,
         op: Op,
+        stamp: u32,
     ) -> FastCall<'a> {
         e.fast.seq += 1;
         let k = e.fast.seq;
@@ -263,6 +290,7 @@ impl<'a> FastCall<'a> {
             group,
             ctx,
             op,
+            stamp: (stamp as usize) << STAMP_SHIFT,
             msgs: None,
         }
     }
@@ -360,8 +388,13 @@ impl<'a> FastCall<'a> {
     /// bounded sleep).
     fn publish_waking(&mut self, wake: impl Iterator<Item = usize>) {
         let len = self.claimed;
+        let word = if len & MARKS == 0 {
+            len | self.stamp
+        } else {
+            len
+        };
         let mine = self.locals[self.me];
-        self.area.header(mine, self.k).publish(self.k, len);
+        self.area.header(mine, self.k).publish(self.k, word);
         self.e.fast.seen[mine] = self.k;
         // Two calls ahead: the next line is often being polled by a reader
         // that has caught up (taking it now would only bounce it), and
@@ -405,9 +438,14 @@ impl<'a> FastCall<'a> {
         self.size() >= self.tree_min().max(2)
     }
 
-    /// Waits until member `r` has published this call.
+    /// Waits until member `r` has published this call (failing when it
+    /// published a mark, or a call with another stamp).
     pub fn wait_for(&mut self, r: usize) -> Result<()> {
-        self.wait_seq(r, self.k)
+        let len = self.line_of(r)?;
+        if len & MARKS != 0 {
+            return Err(self.decision_mismatch(r, len, self.claimed));
+        }
+        Ok(())
     }
 
     /// Claims this rank's slot for `len` bytes, copies them from `src` and
@@ -682,15 +720,46 @@ impl<'a> FastCall<'a> {
     }
 
     /// Waits for member `r`'s line of this call; gives its published
-    /// length word (an error when the member ran the call without the
-    /// slots: [`FastCall::skipped`]).
+    /// length (a mark as it is): an error when the member ran the call
+    /// without the slots ([`FastCall::skipped`]) or published data of a
+    /// call with another stamp.
     fn line_of(&mut self, r: usize) -> Result<usize> {
         self.wait_seq(r, self.k)?;
         let h = self.area.header(self.locals[r], self.k);
         if h.seq() < self.k {
             return Err(self.skipped(r));
         }
-        Ok(h.len())
+        let w = h.len();
+        if w & MARKS != 0 {
+            return Ok(w);
+        }
+        if w & !LEN_BITS != self.stamp {
+            return Err(self.stamp_mismatch(r, w));
+        }
+        Ok(w & LEN_BITS)
+    }
+
+    /// Member `r` published data under stamp word `w`, another call than
+    /// this rank's.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn stamp_mismatch(&self, r: usize, w: usize) -> Error {
+        let (from, me) = (self.group[r], self.e.rank());
+        let got = (w >> STAMP_SHIFT) as u32;
+        let mine = (self.stamp >> STAMP_SHIFT) as u32;
+        let values = crate::stamp::disagreement(got, mine).unwrap_or_else(|| Disagreement {
+            what: String::new(),
+            a_value: format!("published a word {w:#x}"),
+            b_value: "cannot read it".into(),
+        });
+        Error::Mismatch {
+            rank: me,
+            op: self.op,
+            call: self.k,
+            a: from,
+            b: me,
+            values: Box::new(values),
+        }
     }
 
     /// Waits until every member has published this call (failing if one
@@ -717,6 +786,9 @@ impl<'a> FastCall<'a> {
     fn wait_any(&mut self, r: usize, a: u64, b: u64) -> Result<()> {
         let l = self.locals[r];
         let want = a.min(b);
+        // Waiting for one call's line (not a reuse window): a member that
+        // publishes a later call instead disagrees on this one.
+        let exact = a == b;
         if self.e.fast.seen[l] >= want {
             return Ok(());
         }
@@ -741,13 +813,22 @@ impl<'a> FastCall<'a> {
             let w = self.group[r];
             let group = self.group;
             self.e.watch = Some(w);
+            if exact {
+                self.e.fast.awaited = Some((l, a));
+                self.e.fast.passed = None;
+            }
             let hung = self.e.wait_watched(b, |e| {
                 done()
                     || !matches!(e.health_of(w), Health::Open)
                     || e.failed_member(group).is_some()
+                    || e.fast.passed.is_some()
             });
             self.e.watch = None;
+            self.e.fast.awaited = None;
             if !done() {
+                if let Some(later) = self.e.fast.passed.take() {
+                    return Err(self.passed_error(r, later));
+                }
                 if let Some(waited) = hung {
                     let what = format!("shared-memory call {}", self.k);
                     return Err(self.e.hang_error(self.op, &what, &[w], waited));
@@ -762,12 +843,41 @@ impl<'a> FastCall<'a> {
                         return Err(self.refuse_because(x));
                     }
                 }
-                return Err(self.lost(w));
+                let x = self.lost(w);
+                if let Error::PeerLost { peer, .. } = &x {
+                    let cause = self.e.peers.chan(*peer).and_then(|c| c.bye_cause());
+                    self.e.st.lost_cause.get_or_insert(cause.unwrap_or(*peer));
+                }
+                return Err(x);
             }
         }
         let s = &mut self.e.fast.seen[l];
         *s = (*s).max(want);
         Ok(())
+    }
+
+    /// Member `r` published call `later` but not this one, which this rank
+    /// waits for: the two disagree on this call (which collective it is,
+    /// or who publishes in it: a root).
+    #[cold]
+    #[inline(never)]
+    fn passed_error(&self, r: usize, later: u64) -> Error {
+        let (from, me) = (self.group[r], self.e.rank());
+        Error::Mismatch {
+            rank: me,
+            op: self.op,
+            call: self.k,
+            a: from,
+            b: me,
+            values: Box::new(Disagreement {
+                what: String::new(),
+                a_value: format!(
+                    "went on to shared-memory call {later} without taking part in call {} as rank {me} expects (the two disagree on the collective or its root)",
+                    self.k
+                ),
+                b_value: "waits for its part".into(),
+            }),
+        }
     }
 
     /// The error of a wait on member `w` that ended without its data:

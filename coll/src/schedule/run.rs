@@ -31,7 +31,7 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::{Buf, Schedule, Slice, Step};
-use crate::engine::notice::{Notice, NOTICE_MASK};
+use crate::engine::notice::{Conflict, Notice, NOTICE_MASK};
 use crate::engine::ops::{Op as EngOp, OpKind, Token};
 use crate::engine::{Engine, Posted2};
 use crate::error::{Disagreement, Error, Op, Result, CALL_EARLIER, CALL_UNKNOWN};
@@ -73,6 +73,8 @@ pub(crate) struct Run {
     /// Whom a disagreement this run ends with is to be told (see
     /// [`Run::tell_now`]); `Tell::Nobody` once told.
     tell: Tell,
+    /// The call's stamp ([`Wire::stamp`]).
+    stamp: u32,
 }
 
 /// Whom a run that fails with [`Error::Mismatch`] notifies.
@@ -109,16 +111,50 @@ fn when(notice: i32, mine: i32) -> When {
     }
 }
 
+/// A [`Conflict`] the engine found (a message of a call of this process
+/// with another stamp) as the notice this process would have got had the
+/// sender found it: the two ranks and what differs.
+#[cold]
+#[inline(never)]
+fn conflict_notice(e: &Engine, c: &Conflict) -> Notice {
+    let op = crate::stamp::collective_of(c.mine).map_or(Op::Wait, Op::Collective);
+    let values = crate::stamp::disagreement(c.got, c.mine).unwrap_or_default();
+    let err = Error::Mismatch {
+        rank: e.rank(),
+        op,
+        call: CALL_UNKNOWN,
+        a: c.peer,
+        b: e.rank(),
+        values: Box::new(values),
+    };
+    Notice {
+        src: c.src,
+        tag: c.tag & NOTICE_MASK,
+        payload: encode_notice(false, &err).unwrap_or_default(),
+    }
+}
+
 /// Takes the first notice on `ctx` about the call with tag `mine` (when
 /// `same`) or an earlier one this process did not fail already (those it
-/// did are dropped); whether it is about `mine`.
-fn next_notice(e: &mut Engine, ctx: u32, mine: Option<i32>, same: bool) -> Option<(Notice, bool)> {
+/// did are dropped), the engine's conflicts first; whether it is about
+/// `mine`, and whether this process found it (a conflict).
+fn next_notice(
+    e: &mut Engine,
+    ctx: u32,
+    mine: Option<i32>,
+    same: bool,
+) -> Option<(Notice, bool, bool)> {
+    if !e.st.conflicts.is_empty() {
+        if let Some(x) = next_conflict(e, ctx, mine, same) {
+            return Some(x);
+        }
+    }
     let Some(mine) = mine else {
         // Any call: a wait that knows none.
         while let Some(n) = e.take_notice(ctx, |_| true) {
             if !e.st.failed_op(ctx, n.tag) {
                 e.st.note_failed_op(ctx, n.tag);
-                return Some((n, false));
+                return Some((n, false, false));
             }
         }
         return None;
@@ -130,11 +166,41 @@ fn next_notice(e: &mut Engine, ctx: u32, mine: Option<i32>, same: bool) -> Optio
     };
     while let Some(n) = e.take_notice(ctx, want) {
         if n.tag == mine {
-            return Some((n, true));
+            return Some((n, true, false));
         }
         if !e.st.failed_op(ctx, n.tag) {
             e.st.note_failed_op(ctx, n.tag);
-            return Some((n, false));
+            return Some((n, false, false));
+        }
+    }
+    None
+}
+
+/// [`next_notice`] among the engine's conflicts.
+#[cold]
+#[inline(never)]
+fn next_conflict(
+    e: &mut Engine,
+    ctx: u32,
+    mine: Option<i32>,
+    same: bool,
+) -> Option<(Notice, bool, bool)> {
+    let want = |t: i32| match mine {
+        None => true,
+        Some(m) => match when(t, m) {
+            When::Same => same,
+            When::Earlier => true,
+            When::Later => false,
+        },
+    };
+    while let Some(c) = e.st.take_conflict(ctx, want) {
+        let n = conflict_notice(e, &c);
+        if Some(n.tag) == mine {
+            return Some((n, true, true));
+        }
+        if !e.st.failed_op(ctx, n.tag) {
+            e.st.note_failed_op(ctx, n.tag);
+            return Some((n, false, true));
         }
     }
     None
@@ -191,8 +257,25 @@ pub(crate) fn earlier_notice(
     me: usize,
     op: Op,
 ) -> Option<Error> {
-    let (n, _) = next_notice(e, ctx, next.map(|t| t & NOTICE_MASK), false)?;
+    let (n, _, here) = next_notice(e, ctx, next.map(|t| t & NOTICE_MASK), false)?;
+    if here {
+        tell_all(e, ctx, me, group, &n);
+    }
     Some(notice_error(&n, false, group, me, op))
+}
+
+/// Sends notice `n` (about its call) from communicator rank `me` of
+/// `group` to every other member: a conflict this process found, so that
+/// the members still in that call fail it and those past it fail their
+/// next call, as when the finder is the receiver of a wrong message.
+#[cold]
+#[inline(never)]
+fn tell_all(e: &mut Engine, ctx: u32, me: usize, group: &[usize], n: &Notice) {
+    for (r, &w) in group.iter().enumerate() {
+        if r != me {
+            e.send_notice(w, ctx, me as u32, n.tag, &n.payload);
+        }
+    }
 }
 
 /// A notice's payload: whether the sender's disagreement was in an earlier
@@ -261,6 +344,9 @@ pub(crate) struct Wire {
     pub me: usize,
     pub group: Rc<[usize]>,
     pub world_rank: usize,
+    /// The call's stamp (`crate::stamp`): every message carries it, and a
+    /// receive that gets another fails the call.
+    pub stamp: u32,
 }
 
 impl Run {
@@ -307,6 +393,7 @@ impl Run {
             reduce,
             ctx: wire.ctx,
             tag: wire.tag,
+            stamp: wire.stamp,
             me: wire.me as u32,
             group: wire.group,
             op,
@@ -425,43 +512,51 @@ impl Run {
         unsafe { base.add(s.off) }
     }
 
-    /// Whether operation `t` failed, or is a receive that got a shorter
-    /// message than it was posted for (a schedule receives exactly what
-    /// its peer's schedule sends: a shorter message means the two ranks'
-    /// arguments disagree, and waiting for the rest could hang).
-    fn failed(e: &Engine, t: Token) -> bool {
+    /// Whether operation `t` failed, or is a receive that got a message
+    /// of another call than this run's `stamp` or shorter than it was
+    /// posted for (a schedule receives exactly what its peer's schedule
+    /// sends: either means the two ranks' arguments disagree, and waiting
+    /// for the rest could hang).
+    fn failed(e: &Engine, t: Token, stamp: u32) -> bool {
         match e.st.ops.get(t) {
             Some(EngOp {
                 result: Some(Err(_)),
                 ..
             }) => true,
             Some(EngOp {
-                kind: OpKind::Recv { cap, .. },
+                kind: OpKind::Recv {
+                    cap, stamp: got, ..
+                },
                 result: Some(Ok(st)),
-            }) => st.len != *cap,
+            }) => st.len != *cap || *got != stamp,
             _ => false,
         }
     }
 
-    /// The first pending receive that got a message shorter than its
-    /// buffer, as the disagreement it is (see [`Run::failed`]).
+    /// The first pending receive that got a message of another call or
+    /// shorter than its buffer, as the disagreement it is (see
+    /// [`Run::failed`]): what differs in the stamps first, else the
+    /// lengths.
     #[cold]
     #[inline(never)]
-    fn short_recv(&self, e: &Engine) -> Option<Error> {
+    fn bad_recv(&self, e: &Engine) -> Option<Error> {
         self.pending.iter().find_map(|&t| match e.st.ops.get(t) {
             Some(EngOp {
-                kind: OpKind::Recv { cap, .. },
+                kind: OpKind::Recv { cap, stamp, .. },
                 result: Some(Ok(st)),
-            }) if st.len != *cap => {
+            }) if st.len != *cap || *stamp != self.stamp => {
                 let me = self.group[self.me as usize];
                 let from = self.group.get(st.source).copied().unwrap_or(st.source);
+                let values = crate::stamp::disagreement(*stamp, self.stamp).unwrap_or_else(|| {
+                    Disagreement::transfer(from, me, st.len as u64, *cap as u64)
+                });
                 Some(Error::Mismatch {
                     rank: me,
                     op: self.op,
                     call: CALL_UNKNOWN,
                     a: from,
                     b: me,
-                    values: Box::new(Disagreement::transfer(from, me, st.len as u64, *cap as u64)),
+                    values: Box::new(values),
                 })
             }
             _ => None,
@@ -475,7 +570,7 @@ impl Run {
             || self.pending.iter().all(|&t| e.is_done(t))
             || (!self.aborting
                 && (e.st.notices != self.notices_seen
-                    || self.pending.iter().any(|&t| Self::failed(e, t))
+                    || self.pending.iter().any(|&t| Self::failed(e, t, self.stamp))
                     || self.sentinel.is_some_and(|t| e.is_done(t))))
     }
 
@@ -484,6 +579,9 @@ impl Run {
     /// already gone.
     fn post_sentinel(&mut self, e: &mut Engine) -> Result<()> {
         self.sentinel_posted = true;
+        // Messages of this call with another stamp, early or late, fail
+        // it even if no receive of ours matches them.
+        e.st.note_call(self.ctx, self.tag, self.stamp);
         if self.group.len() <= 2 || self.sched.rounds.is_empty() {
             return Ok(());
         }
@@ -544,9 +642,19 @@ impl Run {
     fn look_for_notice(&mut self, e: &mut Engine) -> Option<(Error, Tell)> {
         self.notices_seen = e.st.notices;
         let mine = self.tag & NOTICE_MASK;
-        let (n, same) = next_notice(e, self.ctx, Some(mine), true)?;
+        let (n, same, here) = next_notice(e, self.ctx, Some(mine), true)?;
         let err = notice_error(&n, same, &self.group, self.me as usize, self.op);
-        let tell = if same { Tell::Relay(n.src) } else { Tell::All };
+        let tell = if here {
+            // A conflict this process found: told to every member as its
+            // own finding, about the call it was in (which may be an
+            // earlier one, where some members still wait).
+            tell_all(e, self.ctx, self.me as usize, &self.group, &n);
+            Tell::Nobody
+        } else if same {
+            Tell::Relay(n.src)
+        } else {
+            Tell::All
+        };
         Some((err, tell))
     }
 
@@ -676,8 +784,8 @@ impl Run {
                     continue;
                 }
             }
-            if self.pending.iter().any(|&t| Self::failed(e, t)) {
-                if let Some(x) = self.short_recv(e) {
+            if self.pending.iter().any(|&t| Self::failed(e, t, self.stamp)) {
+                if let Some(x) = self.bad_recv(e) {
                     self.record(x);
                 }
                 self.abort(e);
@@ -728,7 +836,10 @@ impl Run {
                 }
                 Step::Send { peer, data } => {
                     let p = self.ptr(&data);
-                    match e.post_send(self.group[peer], self.ctx, self.me, self.tag, p, data.len)? {
+                    let to = self.group[peer];
+                    match e.post_send_stamped(
+                        to, self.ctx, self.me, self.tag, p, data.len, self.stamp,
+                    )? {
                         Posted2::Done => {}
                         Posted2::Pending(t) => self.pending.push(t),
                     }

@@ -3,13 +3,21 @@
 //! ```text
 //! 0   kind u8        1 eager, 2 RTS, 3 CTS, 4 DATA, 5 FIN, 6 BYE
 //! 1   version u8     VERSION
-//! 2   flags u16      0 (reserved)
+//! 2   stamp lo u16   low half of the collective call's stamp (0: none)
 //! 4   src u32        sender's rank in the communicator of `ctx`
 //! 8   tag i32
 //! 12  ctx u32        communicator context id
-//! 16  len u64        message length (eager, RTS); bytes wanted (CTS); frame length (DATA)
+//! 16  len u48        message length (eager, RTS); bytes wanted (CTS); frame length (DATA)
+//! 22  stamp hi u16   high half of the stamp
 //! 24  seq u64        eager: per-channel sequence; RTS/FIN: sender's token; CTS: sender's token; DATA: receiver's token
 //! ```
+//!
+//! The stamp says which collective call a message belongs to beyond its
+//! tag (collective, root, reduction operation and element type: see
+//! `schedule::stamp`), so that a receiver whose own call disagrees notices
+//! it from the message it gets, at no cost beyond these bytes. The engine
+//! only carries it; point-to-point messages have none. Lengths stop at
+//! 2^48 bytes (256 TiB), which no buffer reaches.
 //!
 //! What follows the header ("payload") depends on the kind: eager and DATA
 //! carry `len` bytes; RTS carries 8 bytes (the sender's buffer address for a
@@ -20,7 +28,10 @@
 pub const HEADER_LEN: usize = 32;
 
 /// Protocol version written in every header.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
+
+/// Largest length a header carries (48 bits).
+pub const MAX_LEN: u64 = (1 << 48) - 1;
 
 /// What a message is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +74,9 @@ pub struct Header {
     pub ctx: u32,
     pub len: u64,
     pub seq: u64,
+    /// The collective call's stamp (0: none, a point-to-point message or
+    /// a control record).
+    pub stamp: u32,
 }
 
 /// Why bytes are not a header.
@@ -74,8 +88,6 @@ pub enum HeaderError {
     Kind(u8),
     #[error("protocol version {0}, this build speaks {VERSION}")]
     Version(u8),
-    #[error("reserved flags {0:#x} set")]
-    Flags(u16),
 }
 
 impl Header {
@@ -88,6 +100,7 @@ impl Header {
             ctx: 0,
             len: 0,
             seq: 0,
+            stamp: 0,
         }
     }
 
@@ -95,12 +108,19 @@ impl Header {
     #[inline]
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         let mut b = [0u8; HEADER_LEN];
+        debug_assert!(
+            self.len <= MAX_LEN,
+            "header length {} over 48 bits",
+            self.len
+        );
         b[0] = self.kind as u8;
         b[1] = VERSION;
+        b[2..4].copy_from_slice(&(self.stamp as u16).to_le_bytes());
         b[4..8].copy_from_slice(&self.src.to_le_bytes());
         b[8..12].copy_from_slice(&self.tag.to_le_bytes());
         b[12..16].copy_from_slice(&self.ctx.to_le_bytes());
-        b[16..24].copy_from_slice(&self.len.to_le_bytes());
+        let len = (self.len & MAX_LEN) | (u64::from(self.stamp >> 16) << 48);
+        b[16..24].copy_from_slice(&len.to_le_bytes());
         b[24..32].copy_from_slice(&self.seq.to_le_bytes());
         b
     }
@@ -115,19 +135,18 @@ impl Header {
         if b[1] != VERSION {
             return Err(HeaderError::Version(b[1]));
         }
-        let flags = u16::from_le_bytes([b[2], b[3]]);
-        if flags != 0 {
-            return Err(HeaderError::Flags(flags));
-        }
+        let lo = u16::from_le_bytes([b[2], b[3]]);
         let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
         let u64_at = |i: usize| u64::from(u32_at(i)) | (u64::from(u32_at(i + 4)) << 32);
+        let len = u64_at(16);
         Ok(Header {
             kind,
             src: u32_at(4),
             tag: u32_at(8) as i32,
             ctx: u32_at(12),
-            len: u64_at(16),
+            len: len & MAX_LEN,
             seq: u64_at(24),
+            stamp: u32::from(lo) | ((len >> 48) as u32) << 16,
         })
     }
 
@@ -157,6 +176,7 @@ mod tests {
             ctx: 42,
             len: 1 << 40,
             seq: u64::MAX,
+            stamp: 0xdead_beef,
         };
         assert_eq!(Header::decode(&h.encode()), Ok(h));
         assert_eq!(h.payload_len(), 8);
@@ -174,7 +194,7 @@ mod tests {
         assert_eq!(Header::decode(&b), Err(HeaderError::Version(9)));
         b[1] = VERSION;
         b[3] = 1;
-        assert_eq!(Header::decode(&b), Err(HeaderError::Flags(0x100)));
+        assert_eq!(Header::decode(&b).map(|h| h.stamp), Ok(0x100));
     }
 
     fn kind() -> impl Strategy<Value = Kind> {
@@ -197,8 +217,8 @@ mod tests {
         }
 
         #[test]
-        fn encode_decode_roundtrip(k in kind(), src: u32, tag: i32, ctx: u32, len: u64, seq: u64) {
-            let h = Header { kind: k, src, tag, ctx, len, seq };
+        fn encode_decode_roundtrip(k in kind(), src: u32, tag: i32, ctx: u32, len in 0..=MAX_LEN, seq: u64, stamp: u32) {
+            let h = Header { kind: k, src, tag, ctx, len, seq, stamp };
             prop_assert_eq!(Header::decode(&h.encode()), Ok(h));
         }
     }

@@ -43,6 +43,17 @@ pub(crate) enum Health {
     Failed(String),
 }
 
+/// A goodbye record: `cause` is one plus the world rank whose loss failed
+/// one of this rank's operations first (0: none), carried in `seq`, so
+/// that a peer still waiting for this rank when it leaves names the rank
+/// that was lost first, not only this one (a rank that gives up on a
+/// collective because a member left finalizes in its turn).
+pub(crate) fn bye_header(cause: u64) -> Header {
+    let mut h = Header::new(header::Kind::Bye);
+    h.seq = cause;
+    h
+}
+
 /// One peer's channel.
 pub(crate) enum Channel {
     Local(local::LocalChannel),
@@ -186,6 +197,18 @@ impl Channel {
             Channel::Rdma(c) => &c.health,
             Channel::Connecting(c) => &c.health,
         }
+    }
+
+    /// Why the peer finalized, as its goodbye said: the world rank whose
+    /// loss failed one of its operations first, if one did.
+    pub fn bye_cause(&self) -> Option<usize> {
+        let c = match self {
+            Channel::Shm(c) => c.bye_cause(),
+            Channel::Tcp(c) => c.bye_cause,
+            Channel::Rdma(c) => c.bye_cause,
+            Channel::Local(_) | Channel::Connecting(_) => 0,
+        };
+        (c as usize).checked_sub(1)
     }
 
     /// True while the channel holds outgoing work it could not hand over

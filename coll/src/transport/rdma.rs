@@ -385,6 +385,8 @@ pub(crate) struct RdmaChannel {
     probe_every: Duration,
     /// BYE queued: signal every WR so finalize can wait for all of them.
     closing: bool,
+    /// What the peer's goodbye said ([`bye_header`](super::bye_header)).
+    pub bye_cause: u64,
     /// The QP is connected to the peer's (RTS) and its receives posted.
     connected: bool,
     /// The peer's QP is connected too: records may be sent. Until then
@@ -471,6 +473,7 @@ impl RdmaChannel {
             probe_out: false,
             probe_every,
             closing: false,
+            bye_cause: 0,
             connected: false,
             ready: false,
             wcs: Box::default(),
@@ -890,11 +893,11 @@ impl RdmaChannel {
     }
 
     /// Queues a goodbye (signaled, so finalize can wait for it).
-    pub fn send_bye(&mut self) {
+    pub fn send_bye(&mut self, cause: u64) {
         // A pair that never connected has nothing to close.
         if self.health == Health::Open && self.ready {
             self.closing = true;
-            let h = Header::new(Kind::Bye).encode();
+            let h = super::bye_header(cause).encode();
             self.send_or_queue(MSG_RECORD, 0, h.to_vec(), true);
         }
     }
@@ -1105,6 +1108,7 @@ impl RdmaChannel {
                 match hdr.kind {
                     Kind::Bye => {
                         self.health = Health::Closed;
+                        self.bye_cause = hdr.seq;
                         return Ok(());
                     }
                     Kind::Rts => {

@@ -413,6 +413,8 @@ struct Slow {
     /// (its sends completed once their bytes were in): the channel closes
     /// once those are drained.
     bye: bool,
+    /// What its goodbye said ([`bye_header`](super::bye_header)).
+    bye_cause: u64,
     scratch: Vec<u8>,
     reads: VecDeque<CmaRead>,
     rndv_in: Vec<RndvIn>,
@@ -474,6 +476,7 @@ impl ShmChannel {
                 out_streams: VecDeque::new(),
                 in_streams: VecDeque::new(),
                 bye: false,
+                bye_cause: 0,
                 scratch: Vec::new(),
                 reads: VecDeque::new(),
                 rndv_in: Vec::new(),
@@ -683,6 +686,7 @@ impl ShmChannel {
         let res = match Header::decode(bytes) {
             Ok(h) if h.kind == Kind::Bye => {
                 self.slow.bye = true;
+                self.slow.bye_cause = h.seq;
                 self.set_busy();
                 Ok(())
             }
@@ -1136,6 +1140,7 @@ impl ShmChannel {
                 let res = match Header::decode(bytes) {
                     Ok(h) if h.kind == Kind::Bye => {
                         self.slow.bye = true;
+                        self.slow.bye_cause = h.seq;
                         Ok(())
                     }
                     Ok(h) if h.kind == Kind::Data => {
@@ -1368,7 +1373,12 @@ impl ShmChannel {
     }
 
     /// Tells the peer we are leaving; false if the ring has no room yet.
-    pub fn send_bye(&mut self) -> bool {
-        self.try_send(&Header::new(Kind::Bye), &[])
+    pub fn send_bye(&mut self, cause: u64) -> bool {
+        self.try_send(&super::bye_header(cause), &[])
+    }
+
+    /// What the peer's goodbye said (0: nothing).
+    pub fn bye_cause(&self) -> u64 {
+        self.slow.bye_cause
     }
 }

@@ -51,6 +51,8 @@ pub(crate) struct TcpChannel {
     rlen: usize,
     rstate: RState,
     bye_seen: bool,
+    /// What its goodbye said ([`bye_header`](super::bye_header)).
+    pub bye_cause: u64,
 }
 
 /// Sets socket options that bound how long a dead peer goes unnoticed.
@@ -100,6 +102,7 @@ impl TcpChannel {
             rlen: 0,
             rstate: RState::Header,
             bye_seen: false,
+            bye_cause: 0,
         })
     }
 
@@ -174,8 +177,8 @@ impl TcpChannel {
     }
 
     /// Queues a goodbye; the engine flushes before closing.
-    pub fn send_bye(&mut self) {
-        let _ = self.try_send(&Header::new(Kind::Bye), &[]);
+    pub fn send_bye(&mut self, cause: u64) {
+        let _ = self.try_send(&super::bye_header(cause), &[]);
     }
 
     pub fn poll(&mut self, peer: usize, st: &mut State) -> usize {
@@ -266,6 +269,7 @@ impl TcpChannel {
                     match hdr.kind {
                         Kind::Bye => {
                             self.bye_seen = true;
+                            self.bye_cause = hdr.seq;
                             self.health = Health::Closed;
                             return n + 1;
                         }
