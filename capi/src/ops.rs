@@ -50,6 +50,22 @@ pub fn predefined(op: MPI_Op, kind: Kind, dt: MPI_Datatype) -> R<ByteReduce> {
     }
 }
 
+/// [`predefined`] without the reference count, for the blocking fast
+/// path (`g`: the cells, on the owning thread): `None` if `op` is not
+/// predefined or the kernel is not made yet (the slow path makes it, or
+/// says why not).
+#[inline(always)]
+pub fn predefined_fast(
+    g: &'static state::Global,
+    op: MPI_Op,
+    kind: Kind,
+) -> Option<&'static ByteReduce> {
+    if !(MPI_MAX..=MPI_NO_OP).contains(&op) {
+        return None;
+    }
+    g.builtin[builtin_slot(op, kind)].get()
+}
+
 /// Predefined operations are 0x58000001..=0x5800000e: a flat table of
 /// (operation, kind).
 #[inline(always)]
