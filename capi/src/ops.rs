@@ -51,7 +51,7 @@ pub fn predefined(op: MPI_Op, kind: Kind, dt: MPI_Datatype) -> R<ByteReduce> {
 }
 
 /// [`predefined`] without the reference count, for the blocking fast
-/// path (`g`: the cells, on the owning thread): `None` if `op` is not
+/// path (`g`: what [`state::Global::get`] returned): `None` if `op` is not
 /// predefined or the kernel is not made yet (the slow path makes it, or
 /// says why not).
 #[inline(always)]
@@ -78,8 +78,8 @@ fn bad_op<T>(op: MPI_Op) -> R<T> {
     err(MPI_ERR_OP, format!("invalid operation handle {op:#x}"))
 }
 
-/// Makes and keeps the kernel of predefined `op` on `kind` (`g`: the
-/// cells, on the owning thread).
+/// Makes and keeps the kernel of predefined `op` on `kind` (`g`: what
+/// [`state::Global::get`] returned).
 #[inline(never)]
 fn make_predefined(
     g: &'static state::Global,

@@ -351,7 +351,9 @@ pub fn comm_fast(h: MPI_Comm) -> Option<Ref<'static, Comm>> {
 
 impl Global {
     /// [`comm_fast`] for a caller that has the cells already (one owner
-    /// check for several look-ups).
+    /// check for several look-ups): on the `&Global` that [`Global::get`]
+    /// returned only, like every access to the cells (see `unsafe impl
+    /// Sync`).
     #[inline(always)]
     pub fn comm_fast(&'static self, h: MPI_Comm) -> Option<Ref<'static, Comm>> {
         let s = self.state.try_borrow().ok()?;
