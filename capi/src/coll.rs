@@ -19,15 +19,25 @@ use ibcoll::{static_scope, CollRequest, Comm};
 
 use crate::abi::*;
 use crate::buffers::{basic_len, bytes, bytes_mut, forever, forever_mut, is_in_place, wire_len};
-use crate::datatype::{basic, carray, ty, Ty};
-use crate::error::{call, err, R};
-use crate::ops::{kernel, predefined};
+use crate::datatype::{basic, basic_fast, carray, ty, Ty};
+use crate::error::{call, err, fail_ibcoll, R};
+use crate::ops::{kernel, predefined, predefined_fast};
 use crate::packed;
 use crate::requests;
 use crate::state::{self, index};
 
 /// Where a call's request goes: `None` for a blocking call.
 type Req = Option<*mut MPI_Request>;
+
+/// The code of a blocking fast path's ibcoll call (its error to the
+/// communicator's handler, out of line).
+#[inline(always)]
+fn done(func: &'static str, comm: MPI_Comm, r: ibcoll::Result<()>) -> c_int {
+    match r {
+        Ok(()) => MPI_SUCCESS,
+        Err(e) => fail_ibcoll(func, comm, e),
+    }
+}
 
 #[inline(always)]
 fn check_root(c: &Comm, root: c_int) -> R<usize> {
@@ -135,6 +145,16 @@ fn barrier(comm: MPI_Comm, req: Req) -> R<()> {
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Barrier(comm: MPI_Comm) -> c_int {
+    let Some(c) = state::comm_fast(comm) else {
+        return barrier_slow(comm);
+    };
+    let r = c.barrier();
+    drop(c);
+    done("MPI_Barrier", comm, r)
+}
+
+#[inline(never)]
+fn barrier_slow(comm: MPI_Comm) -> c_int {
     call("MPI_Barrier", comm, || barrier(comm, None))
 }
 
@@ -201,6 +221,53 @@ unsafe fn bcast_on(
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Bcast(
+    buf: *mut c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    root: c_int,
+    comm: MPI_Comm,
+) -> c_int {
+    // SAFETY: MPI's contract, passed on (both paths).
+    unsafe {
+        match bcast_fast(buf, count, dt, root, comm) {
+            Some(rc) => rc,
+            None => bcast_slow(buf, count, dt, root, comm),
+        }
+    }
+}
+
+/// The blocking broadcast's fast path, in the MPI function itself: a
+/// predefined type, a buffer that is not null, count not negative, a
+/// valid communicator and a root of it. `None` for anything else:
+/// [`bcast_slow`] then checks everything, in order, and says what is
+/// wrong.
+#[inline(always)]
+unsafe fn bcast_fast(
+    buf: *mut c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    root: c_int,
+    comm: MPI_Comm,
+) -> Option<c_int> {
+    let (ext, _) = basic_fast(dt)?;
+    if count < 0 || buf.is_null() {
+        return None;
+    }
+    let c = state::comm_fast(comm)?;
+    // A negative root is above any size as unsigned.
+    if root as u32 as usize >= c.size() {
+        return None;
+    }
+    // SAFETY: `buf` is not null and holds `count` elements of `ext` bytes
+    // (MPI's contract).
+    let b = unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, count as usize * ext) };
+    let r = c.bcast(b, root as usize);
+    drop(c);
+    Some(done("MPI_Bcast", comm, r))
+}
+
+#[inline(never)]
+unsafe fn bcast_slow(
     buf: *mut c_void,
     count: c_int,
     dt: MPI_Datatype,
@@ -384,6 +451,58 @@ pub unsafe extern "C" fn MPI_Reduce(
 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Allreduce(
+    sbuf: *const c_void,
+    rbuf: *mut c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+) -> c_int {
+    // SAFETY: MPI's contract, passed on (both paths).
+    unsafe {
+        match allreduce_fast(sbuf, rbuf, count, dt, op, comm) {
+            Some(rc) => rc,
+            None => allreduce_slow(sbuf, rbuf, count, dt, op, comm),
+        }
+    }
+}
+
+/// The blocking allreduce's fast path, in the MPI function itself: a
+/// predefined type, a predefined operation whose kernel for it is made
+/// (from the first call on), buffers that are not null, count not
+/// negative, a valid communicator. `None` for anything else:
+/// [`allreduce_slow`] then checks everything, in order, and says what is
+/// wrong (or makes the kernel).
+#[inline(always)]
+unsafe fn allreduce_fast(
+    sbuf: *const c_void,
+    rbuf: *mut c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    op: MPI_Op,
+    comm: MPI_Comm,
+) -> Option<c_int> {
+    let (ext, kind) = basic_fast(dt)?;
+    if count < 0 || rbuf.is_null() || sbuf.is_null() {
+        return None;
+    }
+    let g = state::G.get()?;
+    let kern = predefined_fast(g, op, kind)?;
+    let c = g.comm_fast(comm)?;
+    let n = count as usize * ext;
+    // SAFETY: both buffers are not null and hold `count` elements of
+    // `ext` bytes (MPI's contract); MPI_IN_PLACE is not read.
+    let (send, recv) = unsafe {
+        let send = (!is_in_place(sbuf)).then(|| std::slice::from_raw_parts(sbuf as *const u8, n));
+        (send, std::slice::from_raw_parts_mut(rbuf as *mut u8, n))
+    };
+    let r = c.allreduce_raw(send, recv, ext, kern);
+    drop(c);
+    Some(done("MPI_Allreduce", comm, r))
+}
+
+#[inline(never)]
+unsafe fn allreduce_slow(
     sbuf: *const c_void,
     rbuf: *mut c_void,
     count: c_int,
@@ -1193,6 +1312,84 @@ unsafe fn all_to_on(
     store(req.unwrap_or(std::ptr::null_mut()), r, comm, Vec::new())
 }
 
+/// The blocking allgather's and alltoall's fast path, in the MPI
+/// functions themselves: predefined types, buffers that are not null nor
+/// MPI_IN_PLACE, counts not negative, blocks of equal bytes, a valid
+/// communicator. `None` for anything else: [`all_to_slow`] then checks
+/// everything, in order, and says what is wrong.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn all_to_fast(
+    alltoall: bool,
+    sbuf: *const c_void,
+    scount: c_int,
+    stype: MPI_Datatype,
+    rbuf: *mut c_void,
+    rcount: c_int,
+    rtype: MPI_Datatype,
+    comm: MPI_Comm,
+) -> Option<c_int> {
+    let ((sx, _), (rx, _)) = (basic_fast(stype)?, basic_fast(rtype)?);
+    if (scount | rcount) < 0 || sbuf.is_null() || rbuf.is_null() || is_in_place(sbuf) {
+        return None;
+    }
+    let block = rcount as usize * rx;
+    if scount as usize * sx != block {
+        return None;
+    }
+    let c = state::comm_fast(comm)?;
+    let n = c.size();
+    let sn = if alltoall { n * block } else { block };
+    // SAFETY: both buffers are not null and hold their blocks (MPI's
+    // contract).
+    let (sb, rb) = unsafe {
+        (
+            std::slice::from_raw_parts(sbuf as *const u8, sn),
+            std::slice::from_raw_parts_mut(rbuf as *mut u8, n * block),
+        )
+    };
+    let r = if alltoall {
+        c.alltoall(sb, rb)
+    } else {
+        c.allgather(sb, rb)
+    };
+    drop(c);
+    Some(done(
+        if alltoall {
+            "MPI_Alltoall"
+        } else {
+            "MPI_Allgather"
+        },
+        comm,
+        r,
+    ))
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+unsafe fn all_to_slow(
+    alltoall: bool,
+    sbuf: *const c_void,
+    scount: c_int,
+    stype: MPI_Datatype,
+    rbuf: *mut c_void,
+    rcount: c_int,
+    rtype: MPI_Datatype,
+    comm: MPI_Comm,
+) -> c_int {
+    let func = if alltoall {
+        "MPI_Alltoall"
+    } else {
+        "MPI_Allgather"
+    };
+    // SAFETY: MPI's contract, passed on.
+    call(func, comm, || unsafe {
+        all_to(
+            alltoall, sbuf, scount, stype, rbuf, rcount, rtype, comm, None,
+        )
+    })
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Allgather(
     sbuf: *const c_void,
@@ -1203,10 +1400,13 @@ pub unsafe extern "C" fn MPI_Allgather(
     rtype: MPI_Datatype,
     comm: MPI_Comm,
 ) -> c_int {
-    // SAFETY: MPI's contract, passed on.
-    call("MPI_Allgather", comm, || unsafe {
-        all_to(false, sbuf, scount, stype, rbuf, rcount, rtype, comm, None)
-    })
+    // SAFETY: MPI's contract, passed on (both paths).
+    unsafe {
+        match all_to_fast(false, sbuf, scount, stype, rbuf, rcount, rtype, comm) {
+            Some(rc) => rc,
+            None => all_to_slow(false, sbuf, scount, stype, rbuf, rcount, rtype, comm),
+        }
+    }
 }
 
 #[no_mangle]
@@ -1219,10 +1419,13 @@ pub unsafe extern "C" fn MPI_Alltoall(
     rtype: MPI_Datatype,
     comm: MPI_Comm,
 ) -> c_int {
-    // SAFETY: MPI's contract, passed on.
-    call("MPI_Alltoall", comm, || unsafe {
-        all_to(true, sbuf, scount, stype, rbuf, rcount, rtype, comm, None)
-    })
+    // SAFETY: MPI's contract, passed on (both paths).
+    unsafe {
+        match all_to_fast(true, sbuf, scount, stype, rbuf, rcount, rtype, comm) {
+            Some(rc) => rc,
+            None => all_to_slow(true, sbuf, scount, stype, rbuf, rcount, rtype, comm),
+        }
+    }
 }
 
 #[no_mangle]

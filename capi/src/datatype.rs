@@ -137,11 +137,23 @@ impl Ty {
 /// index: one load and compare on every call's datatype argument.
 #[inline(always)]
 pub fn basic(h: MPI_Datatype) -> Option<(usize, usize, Kind)> {
+    if let Some((size, kind)) = basic_fast(h) {
+        return Some((size, size, kind));
+    }
     if (h as u32) >> 16 == 0x4c00 {
-        let (handle, size, kind) = BASIC[(h & 0xff) as usize];
-        return (handle == h).then_some((size as usize, size as usize, kind));
+        return None;
     }
     basic_slow(h)
+}
+
+/// The predefined datatypes of the table (size = extent, kind): the
+/// blocking calls' fast paths. The slot of the handle's low byte holds
+/// that handle or, where there is none, a value whose low byte differs
+/// from the slot's, which no handle equals: no range check first.
+#[inline(always)]
+pub fn basic_fast(h: MPI_Datatype) -> Option<(usize, Kind)> {
+    let (handle, size, kind) = BASIC[(h & 0xff) as usize];
+    (handle == h).then_some((size as usize, kind))
 }
 
 /// Every predefined handle of the form 0x4c00_SSII.
@@ -188,15 +200,21 @@ const SIMPLE: [MPI_Datatype; 39] = [
 ];
 
 /// (handle, size, kind) by the low byte of a 0x4c00_SSII handle; a
-/// handle that is not there has a different `handle` in its slot (0).
+/// handle that is not there has a different `handle` in its slot: an
+/// empty slot `s` holds `!s`, whose low byte (255 - s) is never `s`.
 static BASIC: [(MPI_Datatype, u8, Kind); 256] = {
     let mut t = [(0, 0u8, Kind::Opaque); 256];
     let mut i = 0;
+    while i < 256 {
+        t[i].0 = !(i as MPI_Datatype);
+        i += 1;
+    }
+    i = 0;
     while i < SIMPLE.len() {
         let h = SIMPLE[i];
         let slot = (h & 0xff) as usize;
         // Two handles on one slot would make one of them unknown.
-        assert!(t[slot].0 == 0 || t[slot].0 == h);
+        assert!(t[slot].0 == !(slot as MPI_Datatype) || t[slot].0 == h);
         if let Some((size, ext, kind)) = basic_slow(h) {
             assert!(size == ext && size < 256);
             t[slot] = (h, size as u8, kind);

@@ -147,6 +147,14 @@ pub fn fail(func: &str, comm: MPI_Comm, e: MpiErr) -> c_int {
     )
 }
 
+/// [`fail`] for an error of ibcoll's: the blocking fast paths' one
+/// error exit, out of their straight-line code.
+#[cold]
+#[inline(never)]
+pub fn fail_ibcoll(func: &str, comm: MPI_Comm, e: ibcoll::Error) -> c_int {
+    fail(func, comm, MpiErr::from(e))
+}
+
 /// Runs the body of MPI function `func` on `comm`: its error goes to the
 /// communicator's error handler.
 #[inline(always)]

@@ -35,21 +35,42 @@ pub fn kernel(op: MPI_Op, dt: MPI_Datatype, t: &Ty) -> R<(ByteReduce, usize, usi
 /// datatype `dt`, named in errors), made once and kept.
 #[inline(always)]
 pub fn predefined(op: MPI_Op, kind: Kind, dt: MPI_Datatype) -> R<ByteReduce> {
-    // Predefined operations are 0x58000001..=0x5800000e: a flat table.
     if !(MPI_MAX..=MPI_NO_OP).contains(&op) {
         return bad_op(op);
     }
-    let slot = ((op & 0xf) as usize) * 32 + kind.id() as usize;
     let Some(g) = state::G.get() else {
         return err(
             MPI_ERR_OTHER,
             "called from a thread other than MPI_Init's, or before it",
         );
     };
-    if let Some(Some(k)) = g.builtin.borrow().get(slot) {
-        return Ok(k.clone());
+    match g.builtin[builtin_slot(op, kind)].get() {
+        Some(k) => Ok(k.clone()),
+        None => make_predefined(g, op, kind, dt).cloned(),
     }
-    make_predefined(op, kind, dt, slot)
+}
+
+/// [`predefined`] without the reference count, for the blocking fast
+/// path (`g`: what [`state::Global::get`] returned): `None` if `op` is not
+/// predefined or the kernel is not made yet (the slow path makes it, or
+/// says why not).
+#[inline(always)]
+pub fn predefined_fast(
+    g: &'static state::Global,
+    op: MPI_Op,
+    kind: Kind,
+) -> Option<&'static ByteReduce> {
+    if !(MPI_MAX..=MPI_NO_OP).contains(&op) {
+        return None;
+    }
+    g.builtin[builtin_slot(op, kind)].get()
+}
+
+/// Predefined operations are 0x58000001..=0x5800000e: a flat table of
+/// (operation, kind).
+#[inline(always)]
+fn builtin_slot(op: MPI_Op, kind: Kind) -> usize {
+    ((op & 0xf) as usize) * 32 + kind.id() as usize
 }
 
 #[cold]
@@ -57,8 +78,15 @@ fn bad_op<T>(op: MPI_Op) -> R<T> {
     err(MPI_ERR_OP, format!("invalid operation handle {op:#x}"))
 }
 
+/// Makes and keeps the kernel of predefined `op` on `kind` (`g`: what
+/// [`state::Global::get`] returned).
 #[inline(never)]
-fn make_predefined(op: MPI_Op, kind: Kind, dt: MPI_Datatype, slot: usize) -> R<ByteReduce> {
+fn make_predefined(
+    g: &'static state::Global,
+    op: MPI_Op,
+    kind: Kind,
+    dt: MPI_Datatype,
+) -> R<&'static ByteReduce> {
     let Some(k) = builtin(op, kind) else {
         return err(
             MPI_ERR_OP,
@@ -68,17 +96,9 @@ fn make_predefined(op: MPI_Op, kind: Kind, dt: MPI_Datatype, slot: usize) -> R<B
             ),
         );
     };
-    // A user reduction of a pending request may be running this (and
-    // hold nothing here); should the table be borrowed, skip the cache.
-    if let Some(g) = state::G.get() {
-        if let Ok(mut b) = g.builtin.try_borrow_mut() {
-            if b.len() <= slot {
-                b.resize(16 * 32, None);
-            }
-            b[slot] = Some(k.clone());
-        }
-    }
-    Ok(k)
+    // Making a kernel runs no user code: nothing can have filled the slot
+    // meanwhile, and `get_or_init` does not re-enter.
+    Ok(g.builtin[builtin_slot(op, kind)].get_or_init(|| k))
 }
 
 pub fn op_name(op: MPI_Op) -> &'static str {

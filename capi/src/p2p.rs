@@ -3,12 +3,12 @@
 
 use std::os::raw::{c_int, c_void};
 
-use ibcoll::{static_scope, Comm, ANY_TAG};
+use ibcoll::{static_scope, Comm, ANY_SOURCE, ANY_TAG};
 
 use crate::abi::*;
 use crate::buffers::{self, put, put_status, In, Out};
-use crate::datatype::{basic, ty};
-use crate::error::{call, err, MpiErr, R};
+use crate::datatype::{basic, basic_fast, ty};
+use crate::error::{call, err, fail, fail_ibcoll, MpiErr, R};
 use crate::requests::{
     self, failed_status, failed_status_in, proc_null_status, status_of, Pending, ReqEntry,
 };
@@ -93,6 +93,59 @@ unsafe fn send(
     unsafe { send_typed(buf, count, dt, to, tag, comm) }
 }
 
+/// The blocking send's fast path, in the MPI function itself: a
+/// predefined type, a buffer that is not null, count and tag not
+/// negative, a valid communicator and a rank of it (not MPI_PROC_NULL),
+/// each in one compare. `None` for anything else: [`send_slow`] then
+/// checks everything again, in order, and reports what is wrong.
+#[inline(always)]
+unsafe fn send_fast(
+    buf: *const c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    to: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    func: &'static str,
+) -> Option<c_int> {
+    let (ext, _) = basic_fast(dt)?;
+    if (count | tag) < 0 || buf.is_null() {
+        return None;
+    }
+    let c = state::comm_fast(comm)?;
+    // A negative rank (MPI_PROC_NULL too) is above any size as unsigned.
+    if to as u32 as usize >= c.size() {
+        return None;
+    }
+    // SAFETY: `buf` is not null and holds `count` elements of `ext` bytes
+    // (MPI's contract); a non-null pointer is a valid empty slice.
+    let data = unsafe { std::slice::from_raw_parts(buf as *const u8, count as usize * ext) };
+    let r = c.send(data, to as usize, tag);
+    drop(c);
+    Some(match r {
+        Ok(()) => MPI_SUCCESS,
+        Err(e) => fail_ibcoll(func, comm, e),
+    })
+}
+
+/// MPI_Send (and `func`, a mode that completes as it does) off the fast
+/// path: every check, in order, with its error.
+#[inline(never)]
+unsafe fn send_slow(
+    buf: *const c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    to: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    func: &'static str,
+) -> c_int {
+    // SAFETY: MPI's contract, passed on.
+    call(func, comm, || unsafe {
+        send(buf, count, dt, to, tag, comm)
+    })
+}
+
 /// MPI_Ssend: returns once the receiver has matched the message (ibcoll's
 /// synchronous send: rendezvous at any size).
 unsafe fn ssend(
@@ -147,10 +200,13 @@ pub unsafe extern "C" fn MPI_Send(
     tag: c_int,
     comm: MPI_Comm,
 ) -> c_int {
-    // SAFETY: MPI's contract, passed on.
-    call("MPI_Send", comm, || unsafe {
-        send(buf, count, dt, dest, tag, comm)
-    })
+    // SAFETY: MPI's contract, passed on (both paths).
+    unsafe {
+        match send_fast(buf, count, dt, dest, tag, comm, "MPI_Send") {
+            Some(rc) => rc,
+            None => send_slow(buf, count, dt, dest, tag, comm, "MPI_Send"),
+        }
+    }
 }
 
 #[no_mangle]
@@ -177,10 +233,13 @@ pub unsafe extern "C" fn MPI_Rsend(
     tag: c_int,
     comm: MPI_Comm,
 ) -> c_int {
-    // SAFETY: MPI's contract, passed on.
-    call("MPI_Rsend", comm, || unsafe {
-        send(buf, count, dt, dest, tag, comm)
-    })
+    // SAFETY: MPI's contract, passed on (both paths).
+    unsafe {
+        match send_fast(buf, count, dt, dest, tag, comm, "MPI_Rsend") {
+            Some(rc) => rc,
+            None => send_slow(buf, count, dt, dest, tag, comm, "MPI_Rsend"),
+        }
+    }
 }
 
 #[no_mangle]
@@ -192,10 +251,13 @@ pub unsafe extern "C" fn MPI_Bsend(
     tag: c_int,
     comm: MPI_Comm,
 ) -> c_int {
-    // SAFETY: MPI's contract, passed on.
-    call("MPI_Bsend", comm, || unsafe {
-        send(buf, count, dt, dest, tag, comm)
-    })
+    // SAFETY: MPI's contract, passed on (both paths).
+    unsafe {
+        match send_fast(buf, count, dt, dest, tag, comm, "MPI_Bsend") {
+            Some(rc) => rc,
+            None => send_slow(buf, count, dt, dest, tag, comm, "MPI_Bsend"),
+        }
+    }
 }
 
 #[no_mangle]
@@ -243,6 +305,54 @@ unsafe fn recv(
     }
     // SAFETY: MPI's contract, passed on.
     unsafe { recv_typed(buf, count, dt, from, tag, comm, status) }
+}
+
+/// The blocking receive's fast path, as [`send_fast`]: a predefined type,
+/// a buffer that is not null, count not negative, a tag from MPI_ANY_TAG
+/// up, a valid communicator, a rank of it or MPI_ANY_SOURCE.
+#[inline(always)]
+unsafe fn recv_fast(
+    buf: *mut c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    from: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
+) -> Option<c_int> {
+    // MPI_ANY_TAG is ibcoll's ANY_TAG: every tag from -1 up passes as it
+    // is (the largest tag wraps to negative and takes the slow path).
+    const _: () = assert!(MPI_ANY_TAG == ANY_TAG && MPI_ANY_TAG == -1);
+    let (ext, _) = basic_fast(dt)?;
+    if (count | tag.wrapping_add(1)) < 0 || buf.is_null() {
+        return None;
+    }
+    let c = state::comm_fast(comm)?;
+    let src = if (from as u32 as usize) < c.size() {
+        from as usize
+    } else if from == MPI_ANY_SOURCE {
+        ANY_SOURCE
+    } else {
+        return None;
+    };
+    // SAFETY: `buf` is not null and holds `count` writable elements of
+    // `ext` bytes (MPI's contract).
+    let into = unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, count as usize * ext) };
+    match c.recv(into, src, tag) {
+        Ok(st) => {
+            drop(c);
+            put_status(status, status_of(&st));
+            Some(MPI_SUCCESS)
+        }
+        Err(e) => Some(recv_fast_failed(&c, e, status, comm)),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn recv_fast_failed(c: &Comm, e: ibcoll::Error, status: *mut MPI_Status, comm: MPI_Comm) -> c_int {
+    put_status(status, failed_status_in(c, &e));
+    fail("MPI_Recv", comm, MpiErr::from(e))
 }
 
 #[cold]
@@ -297,9 +407,29 @@ pub unsafe extern "C" fn MPI_Recv(
     comm: MPI_Comm,
     status: *mut MPI_Status,
 ) -> c_int {
+    // SAFETY: MPI's contract, passed on (both paths).
+    unsafe {
+        match recv_fast(buf, count, dt, source, tag, comm, status) {
+            Some(rc) => rc,
+            None => recv_slow(buf, count, dt, source, tag, comm, status),
+        }
+    }
+}
+
+/// MPI_Recv off the fast path: every check, in order, with its error.
+#[inline(never)]
+unsafe fn recv_slow(
+    buf: *mut c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    from: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    status: *mut MPI_Status,
+) -> c_int {
     // SAFETY: MPI's contract, passed on.
     call("MPI_Recv", comm, || unsafe {
-        recv(buf, count, dt, source, tag, comm, status)
+        recv(buf, count, dt, from, tag, comm, status)
     })
 }
 

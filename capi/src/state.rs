@@ -10,7 +10,7 @@
 //! entries are `Rc`s cloned out, or requests taken out of their slot while
 //! they are waited for, so that a user reduction may call back in.
 
-use std::cell::{Ref, RefCell};
+use std::cell::{OnceCell, Ref, RefCell};
 use std::os::raw::c_int;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
@@ -63,13 +63,19 @@ pub struct Global {
     /// [`thread_id`] of the thread that called `MPI_Init`; 0 before.
     owner: AtomicUsize,
     state: RefCell<Option<State>>,
-    /// Kernels of the predefined operations by (operation, kind): apart
-    /// from `state`, so that a lookup never conflicts with a call that
-    /// holds the state (they run no user code).
-    pub builtin: RefCell<Vec<Option<ByteReduce>>>,
+    /// Kernels of the predefined operations by (operation, kind), made on
+    /// first use and kept for the life of the process: apart from
+    /// `state`, so that a lookup never conflicts with a call that holds
+    /// the state. Set once and never taken out, so a reference to one is
+    /// good for as long as the static (no guard, no reference count).
+    pub builtin: [OnceCell<ByteReduce>; BUILTIN_SLOTS],
 }
 
-// SAFETY: the `RefCell`s (and the `Rc`s inside, which are not `Send`)
+/// Slots of [`Global::builtin`]: 16 operations by 32 element kinds.
+pub const BUILTIN_SLOTS: usize = 16 * 32;
+
+// SAFETY: the `RefCell`, the `OnceCell`s (and the `Rc`s inside, which
+// are not `Send`)
 // are only reached through `Global::get`, which hands them out only to
 // the thread whose thread pointer is `owner`: the one that called
 // `MPI_Init` and won [`claim`]'s compare-exchange (one thread ever does;
@@ -84,7 +90,7 @@ unsafe impl Sync for Global {}
 pub static G: Global = Global {
     owner: AtomicUsize::new(0),
     state: RefCell::new(None),
-    builtin: RefCell::new(Vec::new()),
+    builtin: [const { OnceCell::new() }; BUILTIN_SLOTS],
 };
 
 impl Global {
@@ -260,6 +266,16 @@ pub fn index(h: c_int, kind: c_int) -> Option<usize> {
 }
 
 impl State {
+    /// The communicator behind `h` (`MPI_COMM_WORLD` without a table
+    /// look-up: it is `world`).
+    #[inline(always)]
+    pub fn comm_of(&self, h: MPI_Comm) -> Option<&Comm> {
+        if h == MPI_COMM_WORLD {
+            return Some(&self.world);
+        }
+        self.comm_slot(h).map(|e| &*e.comm)
+    }
+
     #[inline(always)]
     pub fn comm_slot(&self, h: MPI_Comm) -> Option<&CommEntry> {
         let i = match h {
@@ -309,7 +325,7 @@ pub fn comm_ref(h: MPI_Comm) -> R<Ref<'static, Comm>> {
     let Ok(s) = g.state.try_borrow() else {
         return reentered();
     };
-    match Ref::filter_map(s, |s| s.as_ref()?.comm_slot(h).map(|e| &*e.comm)) {
+    match Ref::filter_map(s, |s| s.as_ref()?.comm_of(h)) {
         Ok(c) => Ok(c),
         Err(s) => {
             let running = s.is_some();
@@ -320,6 +336,28 @@ pub fn comm_ref(h: MPI_Comm) -> R<Ref<'static, Comm>> {
                 not_running()
             }
         }
+    }
+}
+
+/// [`comm_ref`] for the blocking calls' fast paths: `None` for anything
+/// but a valid communicator on the owning thread while the library runs
+/// (the caller then takes its slow path, which says what is wrong). A
+/// handful of instructions: the owner check, the borrow, one compare for
+/// `MPI_COMM_WORLD`.
+#[inline(always)]
+pub fn comm_fast(h: MPI_Comm) -> Option<Ref<'static, Comm>> {
+    G.get()?.comm_fast(h)
+}
+
+impl Global {
+    /// [`comm_fast`] for a caller that has the cells already (one owner
+    /// check for several look-ups): on the `&Global` that [`Global::get`]
+    /// returned only, like every access to the cells (see `unsafe impl
+    /// Sync`).
+    #[inline(always)]
+    pub fn comm_fast(&'static self, h: MPI_Comm) -> Option<Ref<'static, Comm>> {
+        let s = self.state.try_borrow().ok()?;
+        Ref::filter_map(s, |s| s.as_ref()?.comm_of(h)).ok()
     }
 }
 

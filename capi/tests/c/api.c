@@ -454,7 +454,81 @@ int main(int argc, char **argv) {
             CHECK(cls == MPI_ERR_TRUNCATE && st.MPI_SOURCE == 0 && st.MPI_TAG == 77, "truncate %d", cls);
         }
     }
+    /* The blocking calls' fast paths leave anything unusual to the full
+     * checks: every bad argument is still its class, named by function. */
+#define ERR(call, want, fn) do { rc = (call); MPI_Error_class(rc, &cls); es[0] = 0; MPI_Error_string(rc, es, &len); \
+        CHECK(cls == (want) && strstr(es, fn) && strstr(es, "rank"), "%s: class %d, message '%s'", #call, cls, es); } while (0)
+    {
+        MPI_Comm bad = (MPI_Comm)0x777;
+        double dw = 0; int ti[16] = {0}, to[16];
+        ERR(MPI_Send(&a, 1, MPI_LONG, -7, 0, MPI_COMM_WORLD), MPI_ERR_RANK, "MPI_Send");
+        ERR(MPI_Rsend(&a, 1, MPI_LONG, size, 0, MPI_COMM_WORLD), MPI_ERR_RANK, "MPI_Rsend");
+        ERR(MPI_Bsend(&a, 1, MPI_LONG, 0, -2, MPI_COMM_WORLD), MPI_ERR_TAG, "MPI_Bsend");
+        ERR(MPI_Recv(&b, 1, MPI_LONG, size, 0, MPI_COMM_WORLD, &st), MPI_ERR_RANK, "MPI_Recv");
+        ERR(MPI_Recv(&b, 1, MPI_LONG, -7, 0, MPI_COMM_WORLD, &st), MPI_ERR_RANK, "MPI_Recv");
+        ERR(MPI_Recv(&b, 1, MPI_LONG, 0, -5, MPI_COMM_WORLD, &st), MPI_ERR_TAG, "MPI_Recv");
+        ERR(MPI_Recv(&b, -1, MPI_LONG, 0, 0, MPI_COMM_WORLD, &st), MPI_ERR_COUNT, "MPI_Recv");
+        ERR(MPI_Recv(NULL, 2, MPI_LONG, 0, 0, MPI_COMM_WORLD, &st), MPI_ERR_BUFFER, "MPI_Recv");
+        ERR(MPI_Recv(&b, 1, (MPI_Datatype)0x1234, 0, 0, MPI_COMM_WORLD, &st), MPI_ERR_TYPE, "MPI_Recv");
+        ERR(MPI_Recv(&b, 1, MPI_LONG, 0, 0, bad, &st), MPI_ERR_COMM, "MPI_Recv");
+        ERR(MPI_Recv(&b, 1, MPI_LONG, 0, 0, MPI_COMM_NULL, &st), MPI_ERR_COMM, "MPI_Recv");
+        ERR(MPI_Bcast(&a, 1, MPI_LONG, -1, MPI_COMM_WORLD), MPI_ERR_ROOT, "MPI_Bcast");
+        ERR(MPI_Bcast(NULL, 1, MPI_LONG, 0, MPI_COMM_WORLD), MPI_ERR_BUFFER, "MPI_Bcast");
+        ERR(MPI_Bcast(&a, -1, MPI_LONG, 0, MPI_COMM_WORLD), MPI_ERR_COUNT, "MPI_Bcast");
+        ERR(MPI_Bcast(&a, 1, MPI_DATATYPE_NULL, 0, MPI_COMM_WORLD), MPI_ERR_TYPE, "MPI_Bcast");
+        ERR(MPI_Bcast(&a, 1, MPI_LONG, 0, bad), MPI_ERR_COMM, "MPI_Bcast");
+        ERR(MPI_Allreduce(&dv, NULL, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), MPI_ERR_BUFFER, "MPI_Allreduce");
+        ERR(MPI_Allreduce(NULL, &dw, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), MPI_ERR_BUFFER, "MPI_Allreduce");
+        ERR(MPI_Allreduce(&dv, &dw, -1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), MPI_ERR_COUNT, "MPI_Allreduce");
+        ERR(MPI_Allreduce(&dv, &dw, 1, MPI_DOUBLE, (MPI_Op)0x1234, MPI_COMM_WORLD), MPI_ERR_OP, "MPI_Allreduce");
+        ERR(MPI_Allreduce(&dv, &dw, 1, MPI_DOUBLE, MPI_OP_NULL, MPI_COMM_WORLD), MPI_ERR_OP, "MPI_Allreduce");
+        ERR(MPI_Allreduce(&dv, &dw, 1, (MPI_Datatype)0x1234, MPI_SUM, MPI_COMM_WORLD), MPI_ERR_TYPE, "MPI_Allreduce");
+        ERR(MPI_Allreduce(&dv, &dw, 1, MPI_DOUBLE, MPI_SUM, bad), MPI_ERR_COMM, "MPI_Allreduce");
+        ERR(MPI_Alltoall(ti, 1, MPI_INT, to, 2, MPI_INT, MPI_COMM_WORLD), MPI_ERR_TRUNCATE, "MPI_Alltoall");
+        ERR(MPI_Alltoall(NULL, 1, MPI_INT, to, 1, MPI_INT, MPI_COMM_WORLD), MPI_ERR_BUFFER, "MPI_Alltoall");
+        ERR(MPI_Alltoall(ti, -1, MPI_INT, to, 1, MPI_INT, MPI_COMM_WORLD), MPI_ERR_COUNT, "MPI_Alltoall");
+        ERR(MPI_Allgather(ti, 1, MPI_INT, to, 1, MPI_LONG, MPI_COMM_WORLD), MPI_ERR_TRUNCATE, "MPI_Allgather");
+        ERR(MPI_Allgather(ti, 1, MPI_INT, NULL, 1, MPI_INT, MPI_COMM_WORLD), MPI_ERR_BUFFER, "MPI_Allgather");
+        ERR(MPI_Barrier(bad), MPI_ERR_COMM, "MPI_Barrier");
+        ERR(MPI_Barrier(MPI_COMM_NULL), MPI_ERR_COMM, "MPI_Barrier");
+    }
+#undef ERR
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+
+    /* What the fast paths pass on as it is, or leave to the full path:
+     * zero counts with null buffers, MPI_ANY_TAG and MPI_ANY_SOURCE with
+     * the status, MPI_STATUS_IGNORE, in-place allreduce, MPI_COMM_SELF. */
+    if (size > 1) {
+        if (rank == 0) {
+            MPI_Send(NULL, 0, MPI_INT, 1, 78, MPI_COMM_WORLD);
+            long v = 4242; MPI_Send(&v, 1, MPI_LONG, 1, 79, MPI_COMM_WORLD);
+            MPI_Send(&v, 1, MPI_LONG, 1, 80, MPI_COMM_WORLD);
+        } else if (rank == 1) {
+            int n = -1; st.MPI_TAG = -7;
+            MPI_Recv(NULL, 0, MPI_INT, 0, 78, MPI_COMM_WORLD, &st); MPI_Get_count(&st, MPI_INT, &n);
+            CHECK(n == 0 && st.MPI_SOURCE == 0 && st.MPI_TAG == 78, "empty recv %d %d %d", n, st.MPI_SOURCE, st.MPI_TAG);
+            long v[2] = {0, 0};
+            MPI_Recv(v, 2, MPI_LONG, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &st); MPI_Get_count(&st, MPI_LONG, &n);
+            CHECK(n == 1 && v[0] == 4242 && st.MPI_SOURCE == 0 && st.MPI_TAG == 79, "any recv %d %ld %d %d", n, v[0], st.MPI_SOURCE, st.MPI_TAG);
+            v[0] = 0; MPI_Recv(v, 1, MPI_LONG, 0, 80, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            CHECK(v[0] == 4242, "recv ignoring the status %ld", v[0]);
+        }
+    }
+    MPI_Bcast(NULL, 0, MPI_INT, 0, MPI_COMM_WORLD);
+    MPI_Allreduce(NULL, NULL, 0, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Barrier(MPI_COMM_SELF);
+    {
+        int x = rank + 1;
+        MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        CHECK(x == size * (size + 1) / 2, "in-place sum %d", x);
+        x = rank + 1; MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        CHECK(x == size * (size + 1) / 2, "in-place sum again %d", x);
+        int y = 7; MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_MAX, MPI_COMM_SELF);
+        CHECK(y == x, "allreduce on self %d", y);
+        int s2[2] = {rank, rank}, r2[2] = {-1, -1};
+        MPI_Allgather(s2, 2, MPI_INT, r2, 2, MPI_INT, MPI_COMM_SELF);
+        CHECK(r2[0] == rank && r2[1] == rank, "allgather on self %d %d", r2[0], r2[1]);
+    }
 
     /* Environment. */
     char name[MPI_MAX_PROCESSOR_NAME]; MPI_Get_processor_name(name, &len); CHECK(len > 0, "processor name");
