@@ -4,7 +4,8 @@
 //! 0, or prints what it got instead and exits 3.
 //!
 //! - `mistakes allreduce4`: rank 0 allreduces 4 doubles, the others 100,000.
-//! - `mistakes bcastroot`: rank 0 says root 0, the others root 1.
+//! - `mistakes bcastroot [then]`: rank 0 says root 0, the others root 1
+//!   (`then`: a rank whose bcast returned `Ok` calls a barrier next).
 //! - `mistakes leave [COLL [nb]]`: the last rank returns from `main` without
 //!   calling the allreduce (or COLL) the others call (they get `PeerLost`
 //!   naming it).
@@ -92,7 +93,11 @@ fn main() {
         }
         "bcastroot" => {
             let mut b = [me as u64; 4];
-            let r = c.bcast(&mut b, usize::from(me != 0));
+            let mut r = c.bcast(&mut b, usize::from(me != 0));
+            if a(1) == "then" && r.is_ok() {
+                println!("rank {me}: first call: Ok(())");
+                r = c.barrier();
+            }
             report(&c, t, r, mm)
         }
         "leave" => {

@@ -298,6 +298,12 @@ thread_local! {
     static COMMS: RefCell<CtxMap> = RefCell::new(CtxMap::default());
 }
 
+/// The stamp of the library's own exchanges (the network agreement,
+/// `IBCOLL_CHECK`'s): none. Every rank runs them alike, and the two phases
+/// of an alltoallv check share a tag, so their messages must not count as
+/// another call's.
+const INTERNAL: u32 = 0;
+
 /// Tags below this are used by `split` and friends.
 const TAG_BASE: i32 = 16;
 
@@ -572,8 +578,7 @@ impl Comm {
                 TransportMode::Auto => select::Net::Tcp,
             }
         };
-        let mut spec = Spec::new(Collective::Allreduce, 1, 1).uniform();
-        (spec.rop, spec.rty) = byte_reduce::<u8>(ReduceOp::Max).codes();
+        let spec = Spec::new(Collective::Allreduce, 1, 1).uniform();
         let args = self.args(&spec, "recursive_doubling", &[], 65536, 8);
         let sched = (find(Collective::Allreduce, "recursive_doubling").and_then(|a| a.schedule()))
             .map(|b| b(&args))
@@ -590,7 +595,7 @@ impl Comm {
                 recv.as_mut_ptr(),
                 recv.len(),
                 Some(byte_reduce::<u8>(ReduceOp::Max)),
-                self.wire(tag, spec.stamp()),
+                self.wire(tag, INTERNAL),
                 Op::Collective(caller),
             )
         }?;
@@ -623,7 +628,7 @@ impl Comm {
                 recv.as_mut_ptr(),
                 recv.len(),
                 None,
-                self.wire(tag, spec.stamp()),
+                self.wire(tag, INTERNAL),
                 Op::Collective(Collective::Allgather),
             )
         }?;
@@ -649,7 +654,7 @@ impl Comm {
                 recv.as_mut_ptr(),
                 recv.len(),
                 None,
-                self.wire(tag, spec.stamp()),
+                self.wire(tag, INTERNAL),
                 Op::Collective(Collective::Alltoall),
             )
         }?;

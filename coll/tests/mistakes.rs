@@ -205,6 +205,83 @@ fn every_collective_mismatch_fails_every_rank_part_3() {
     cases(2, 3);
 }
 
+/// The mistakes of [`CASES`] but the counts (tested apart below) without
+/// `IBCOLL_CHECK`: each message and shared-memory publication of a call
+/// carries the call's stamp (collective, root, operation, type), ranks
+/// that block send probes, and a fast-path wait notices a member that went
+/// on or a cycle of waits; every rank fails the call or the barrier that
+/// `then` makes it call next. Not covered without the check (and so not
+/// here): a blocking call against another rank's nonblocking one ("coll"
+/// with `nb`), and a fast-path bcast or scatter in which the disagreeing
+/// ranks are all roots that nobody reads (two ranks on one node that each
+/// say they are the root).
+fn cheap_cases(part: usize, parts: usize) {
+    let cases: Vec<_> = CASES
+        .iter()
+        .filter(|c| c.1 != "count" && c.1 != "less")
+        .collect();
+    for (i, (coll, kind, what)) in cases.iter().enumerate() {
+        if i % parts != part {
+            continue;
+        }
+        let coll_name = if *kind == "coll" && *coll == "barrier" {
+            "bcast"
+        } else {
+            coll
+        };
+        for j in 0..2 {
+            let nb = *kind != "coll" && (i + j) % 2 == 1;
+            let nodes = 1 + (i / 2 + j) % 2;
+            let mut n = 2 + (i + 2 * j) % 4;
+            let lone_roots = matches!(*coll, "bcast" | "scatter" | "scatterv") && *kind == "root";
+            if lone_roots && nodes == 1 && !nb && n == 2 {
+                n = 3;
+            }
+            let mut args = vec![coll_name, kind];
+            if nb {
+                args.push("nb");
+            }
+            args.push("then");
+            let t = expect_all(n, nodes, &[], &args, &["ranks disagree"]);
+            let named = t
+                .lines()
+                .filter(|l| l.contains("expected error"))
+                .any(|l| l.contains(what) || l.contains("in a cycle") || l.contains("went on to"));
+            assert!(
+                named,
+                "{args:?} on {n} ranks, {nodes} node(s): no rank names {what:?}\n{t}"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_collective_mistake_fails_every_rank_without_ibcoll_check_part_1() {
+    cheap_cases(0, 3);
+}
+
+#[test]
+fn every_collective_mistake_fails_every_rank_without_ibcoll_check_part_2() {
+    cheap_cases(1, 3);
+}
+
+#[test]
+fn every_collective_mistake_fails_every_rank_without_ibcoll_check_part_3() {
+    cheap_cases(2, 3);
+}
+
+#[test]
+fn the_issues_bcast_root_mistake_is_found_without_ibcoll_check_across_nodes() {
+    // Rank 0 says root 0, the others root 1, across two nodes (messages):
+    // every rank fails the bcast or the barrier after it. On one node the
+    // fast path's lone root publishes and nobody reads it: that needs
+    // IBCOLL_CHECK (`bcast_with_different_roots_is_a_mismatch`).
+    for n in [3, 4] {
+        let t = expect_all(n, 2, &[], &["bcastroot", "then"], &["ranks disagree"]);
+        assert!(t.contains("has root 0") && t.contains("has root 1"), "{t}");
+    }
+}
+
 #[test]
 fn a_rank_that_left_is_named_by_the_watchdog_across_nodes() {
     let t = expect_from(

@@ -24,6 +24,12 @@
 //! runs operations elsewhere (as messages) says so without waiting for
 //! its readers, and its mark counts as its arrival at that operation.
 //!
+//! The mark line's third word is the rank's *wait word*: while it has
+//! blocked for a while waiting for another rank's line of an operation, the
+//! operation's number and that rank ([`SlotArea::wait_word`]), so that a
+//! rank can follow who waits for whom and find a cycle (ranks that each
+//! wait for the other to publish first disagree on the operation).
+//!
 //! ```text
 //! rank r, line of k:        base + r * LINES_BYTES + (k % SLOT_LINES) * 64
 //!   +0   seq  (u64, Release/Acquire)
@@ -33,6 +39,7 @@
 //!                                + (SLOT_BUFFERS r + k % SLOT_BUFFERS) * stride
 //! rank r, mark:             base + ranks * (LINES_BYTES + SLOT_BUFFERS stride)
 //!                                + r * MARK_BYTES
+//!   +0   seq, +8 len (as a line's header), +16 wait word (u64)
 //! ```
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -58,6 +65,7 @@ const LINES_BYTES: usize = SLOT_LINES * CACHE_LINE;
 /// Each rank's mark line, alone in its false-sharing stride (the adjacent
 /// line prefetcher pulls pairs).
 const MARK_BYTES: usize = FALSE_SHARING_STRIDE;
+const _: () = assert!(MARK_BYTES >= 24);
 
 /// The header of one line.
 #[repr(C)]
@@ -198,6 +206,18 @@ impl<'a> SlotArea<'a> {
         // cache line from a page-aligned start; a `SlotHeader` is two
         // atomics, valid for any bits and shared access.
         unsafe { &*(self.base.add(off) as *const SlotHeader) }
+    }
+
+    /// The wait word of local rank `rank` (module doc): 0, or the
+    /// operation it waits in times 2^16 plus one plus the local rank it
+    /// waits for. Only the owner writes it.
+    #[inline]
+    pub fn wait_word(&self, rank: usize) -> &'a AtomicU64 {
+        let m = self.mark(rank) as *const SlotHeader as *const u8;
+        // SAFETY: the mark line is MARK_BYTES >= 24 bytes long (the header
+        // is 16), 8-byte aligned; an AtomicU64 is valid for any bits and
+        // shared access, and the mapping lives for 'a.
+        unsafe { &*(m.add(std::mem::size_of::<SlotHeader>()) as *const AtomicU64) }
     }
 
     /// Where local rank `rank` puts `len` bytes of operation `seq`: its

@@ -124,6 +124,11 @@ impl Matcher {
         self.unexpected.remove(i)
     }
 
+    /// (context, source, tag, token) of every posted receive.
+    pub fn posted_keys(&self) -> impl Iterator<Item = (u32, Option<u32>, Option<i32>, Token)> + '_ {
+        self.posted.iter().map(|p| (p.ctx, p.src, p.tag, p.token))
+    }
+
     /// Whether any message waits unexpected.
     #[inline]
     pub fn has_unexpected(&self) -> bool {

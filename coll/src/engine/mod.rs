@@ -109,6 +109,11 @@ pub(crate) struct State {
     /// Messages of those calls that carried another stamp, not yet
     /// reported (counted in `notices` and `notices_waiting`).
     pub conflicts: Vec<notice::Conflict>,
+    /// Probes for calls not started here yet ([`State::on_probe`]).
+    pub probes: Vec<notice::Probe>,
+    /// The receives of collective calls this process sent probes for
+    /// (context, tag, token): once each.
+    pub probed: VecDeque<(u32, i32, Token)>,
 }
 
 /// Buffers [`State::eager_pool`] keeps at most (each up to the largest
@@ -207,6 +212,8 @@ impl State {
             lost_cause: None,
             calls: VecDeque::new(),
             conflicts: Vec::new(),
+            probes: Vec::new(),
+            probed: VecDeque::new(),
         }
     }
 
@@ -234,6 +241,10 @@ impl State {
                     self.finish_eager(tok, peer, hdr.src, hdr.tag, payload);
                 } else {
                     if notice::is_notice(hdr.tag) {
+                        if hdr.stamp != 0 && payload.is_empty() {
+                            self.on_probe(hdr.ctx, hdr.tag, hdr.src, peer, hdr.stamp);
+                            return Ok(());
+                        }
                         self.note_notice();
                     }
                     let body = Body::Eager(self.eager_copy(payload));
@@ -724,6 +735,11 @@ pub(crate) struct FastSeq {
     /// A later call the awaited member published instead: it went on
     /// without publishing the awaited one, so the two disagree on it.
     pub passed: Option<u64>,
+    /// This process's wait word is set (`ibcoll_shm::SlotArea::wait_word`).
+    pub wait_published: bool,
+    /// Local ranks, this one first, that each wait for the next's line of
+    /// the awaited call, the last for this one's: they disagree on it.
+    pub cycle: Option<Vec<usize>>,
 }
 
 /// A schedule's announcement in the slots (`crate::fastpath::SCHEDULE_MARK`).
@@ -747,6 +763,8 @@ impl FastSeq {
             split: None,
             awaited: None,
             passed: None,
+            wait_published: false,
+            cycle: None,
         }
     }
 }

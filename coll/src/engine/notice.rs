@@ -73,6 +73,18 @@ pub(crate) struct Notice {
 /// Collective calls [`State::calls`] remembers (context, tag, stamp).
 const CALLS_KEPT: usize = 16;
 
+/// Probes [`State::probes`] keeps for calls not started here yet.
+const PROBES_KEPT: usize = 64;
+
+/// A probe for a call this process has not started yet.
+pub(crate) struct Probe {
+    ctx: u32,
+    tag: i32,
+    src: u32,
+    peer: usize,
+    stamp: u32,
+}
+
 /// A message of a collective call (context and tag) that this process
 /// makes or made with another stamp (`Header::stamp`): the two ranks
 /// disagree on the call, though the message itself was never matched (a
@@ -105,6 +117,56 @@ impl State {
         if self.matcher.has_unexpected() {
             self.find_conflicts(ctx, tag, stamp);
         }
+        if !self.probes.is_empty() {
+            self.find_probed(ctx, tag, stamp);
+        }
+    }
+
+    /// The probes that came for call `tag` on `ctx` before it started here.
+    #[cold]
+    #[inline(never)]
+    fn find_probed(&mut self, ctx: u32, tag: i32, mine: u32) {
+        let (hit, rest): (Vec<Probe>, Vec<Probe>) = std::mem::take(&mut self.probes)
+            .into_iter()
+            .partition(|p| p.ctx == ctx && p.tag == tag);
+        self.probes = rest;
+        for p in hit {
+            if p.stamp != mine {
+                self.add_conflict(Conflict {
+                    ctx,
+                    tag,
+                    src: p.src,
+                    peer: p.peer,
+                    got: p.stamp,
+                    mine,
+                });
+            }
+        }
+    }
+
+    /// A probe (a notice with a stamp and no payload, [`Engine::probe_calls`])
+    /// from `src` (world rank `peer`): that rank has waited a while in
+    /// call `tag` on `ctx` with `stamp`, for a message of this process. A
+    /// [`Conflict`] when this process makes or made that call with another
+    /// stamp; kept for the call when it has not started here yet.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn on_probe(&mut self, ctx: u32, tag: i32, src: u32, peer: usize, stamp: u32) {
+        let tag = tag & NOTICE_MASK;
+        if self.calls.iter().any(|&(c, t, _)| c == ctx && t == tag) {
+            self.check_stamp(ctx, tag, src, peer, stamp);
+            return;
+        }
+        if self.probes.len() == PROBES_KEPT {
+            self.probes.remove(0);
+        }
+        self.probes.push(Probe {
+            ctx,
+            tag,
+            src,
+            peer,
+            stamp,
+        });
     }
 
     #[cold]
@@ -208,6 +270,72 @@ impl Engine {
             // Nobody waits for it: it keeps a copy of the payload and its
             // completion is collected when the engine settles.
             let _ = self.abandon(tok);
+        }
+    }
+
+    /// Once a wait has blocked for a liveness interval: to every peer that
+    /// a collective receive of this process waits for, says once which
+    /// call this is (a probe: a notice with the call's stamp and no
+    /// payload). A peer that makes that call with another stamp finds the
+    /// disagreement ([`State::on_probe`]) where no message would ever show
+    /// it: two ranks that each think they are a reduce's root both wait to
+    /// receive, and nothing is sent. One small message per peer and call,
+    /// only from a rank that blocks; nothing on a call that does not.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn probe_calls(&mut self) {
+        if self.st.calls.is_empty() {
+            return;
+        }
+        let me = self.rank();
+        let mut probes: Vec<(usize, u32, u32, i32, u32)> = Vec::new();
+        for (ctx, src, tag, tok) in self.st.matcher.posted_keys() {
+            let (Some(_), Some(tag)) = (src, tag) else {
+                continue;
+            };
+            let Some(&(_, _, stamp)) = self
+                .st
+                .calls
+                .iter()
+                .rev()
+                .find(|&&(c, t, _)| c == ctx && t == tag)
+            else {
+                continue;
+            };
+            // A call without a stamp (the library's own exchanges) has
+            // nothing to compare, and its probe would read as a notice.
+            if stamp == 0 || self.st.probed.contains(&(ctx, tag, tok)) {
+                continue;
+            }
+            let Some(super::ops::Op {
+                kind:
+                    super::ops::OpKind::Recv {
+                        peer: Some(w),
+                        group,
+                        ..
+                    },
+                ..
+            }) = self.st.ops.get(tok)
+            else {
+                continue;
+            };
+            let Some(mine) = group.iter().position(|&g| g == me) else {
+                continue;
+            };
+            probes.push((*w, ctx, mine as u32, tag, stamp));
+            if self.st.probed.len() == CALLS_KEPT {
+                self.st.probed.pop_front();
+            }
+            self.st.probed.push_back((ctx, tag, tok));
+        }
+        for (w, ctx, mine, tag, stamp) in probes {
+            let t = notice_tag(tag);
+            let buf = std::ptr::NonNull::<u8>::dangling().as_ptr();
+            if let Ok(Posted2::Pending(tok)) =
+                self.post_send_stamped(w, ctx, mine, t, buf, 0, stamp)
+            {
+                let _ = self.abandon(tok);
+            }
         }
     }
 

@@ -335,6 +335,41 @@ impl Engine {
             .max();
         let m = area.mark(l).seq();
         self.fast.passed = later.or((m > k).then_some(m));
+        if self.fast.passed.is_some() {
+            return;
+        }
+        // Say whom this rank waits for, then follow who waits for whom: a
+        // chain of ranks waiting in this call for lines of it that nobody
+        // published, back to this rank, never ends.
+        let me = self.local_rank;
+        let order = std::sync::atomic::Ordering::Release;
+        area.wait_word(me).store((k << 16) | (l as u64 + 1), order);
+        self.fast.wait_published = true;
+        let mut chain = vec![me];
+        let mut cur = l;
+        while chain.len() <= self.local_size {
+            if area.header(cur, k).seq() >= k {
+                return;
+            }
+            chain.push(cur);
+            let w = area
+                .wait_word(cur)
+                .load(std::sync::atomic::Ordering::Acquire);
+            if w == 0 || w >> 16 != k {
+                return;
+            }
+            let next = (w & 0xffff) as usize - 1;
+            if next == me {
+                if area.header(me, k).seq() < k {
+                    self.fast.cycle = Some(chain);
+                }
+                return;
+            }
+            if chain.contains(&next) {
+                return;
+            }
+            cur = next;
+        }
     }
 
     /// Every `IBCOLL_BLOCK_MS`, checks that the peers this rank waits on
@@ -352,6 +387,7 @@ impl Engine {
         self.take_launcher_news();
         self.check_announced();
         self.check_passed();
+        self.probe_calls();
         if let Some(ib) = &mut self.shm_inbox {
             // A dead sender's half-written record would hold up the others'.
             ib.skip_dead_reservation(self.local_rank);

@@ -637,6 +637,12 @@ impl<'a> FastCall<'a> {
         }
         let mine = self.locals[self.me];
         let mark = FAIL_MARK | self.e.fast.failed as usize;
+        if self.e.fast.seen[mine] < self.k {
+            // This call's line is still unwritten: a member may wait for
+            // it (two ranks that each think they are the root wait for each
+            // other), and must fail too rather than see this rank leave.
+            self.area.header(mine, self.k).publish(self.k, mark);
+        }
         self.area.header(mine, next).publish(next, mark);
         for r in 0..self.size() {
             if r != self.me {
@@ -816,18 +822,30 @@ impl<'a> FastCall<'a> {
             if exact {
                 self.e.fast.awaited = Some((l, a));
                 self.e.fast.passed = None;
+                self.e.fast.cycle = None;
             }
             let hung = self.e.wait_watched(b, |e| {
                 done()
                     || !matches!(e.health_of(w), Health::Open)
                     || e.failed_member(group).is_some()
                     || e.fast.passed.is_some()
+                    || e.fast.cycle.is_some()
             });
             self.e.watch = None;
             self.e.fast.awaited = None;
+            if self.e.fast.wait_published {
+                self.e.fast.wait_published = false;
+                let mine = self.locals[self.me];
+                self.area
+                    .wait_word(mine)
+                    .store(0, std::sync::atomic::Ordering::Release);
+            }
             if !done() {
                 if let Some(later) = self.e.fast.passed.take() {
                     return Err(self.passed_error(r, later));
+                }
+                if let Some(cycle) = self.e.fast.cycle.take() {
+                    return Err(self.cycle_error(&cycle));
                 }
                 if let Some(waited) = hung {
                     let what = format!("shared-memory call {}", self.k);
@@ -874,6 +892,43 @@ impl<'a> FastCall<'a> {
                 a_value: format!(
                     "went on to shared-memory call {later} without taking part in call {} as rank {me} expects (the two disagree on the collective or its root)",
                     self.k
+                ),
+                b_value: "waits for its part".into(),
+            }),
+        }
+    }
+
+    /// Members (local ranks `cycle`, this rank first) each wait for the
+    /// next one's part of this call, the last for this rank's: none of
+    /// them publishes first, so they disagree on the call (two ranks that
+    /// each think they are a reduce's root).
+    #[cold]
+    #[inline(never)]
+    fn cycle_error(&self, cycle: &[usize]) -> Error {
+        let world = |l: usize| {
+            self.locals
+                .iter()
+                .position(|&x| x == l)
+                .map_or(l, |r| self.group[r])
+        };
+        let names: Vec<String> = cycle
+            .iter()
+            .map(|&l| format!("rank {}", world(l)))
+            .collect();
+        let me = self.e.rank();
+        let other = cycle.get(1).map_or(me, |&l| world(l));
+        Error::Mismatch {
+            rank: me,
+            op: self.op,
+            call: self.k,
+            a: other,
+            b: me,
+            values: Box::new(Disagreement {
+                what: String::new(),
+                a_value: format!(
+                    "waits for another rank's part of shared-memory call {} in a cycle ({} and back), none of which publishes first: the ranks disagree on the collective or its root",
+                    self.k,
+                    names.join(" waits for ")
                 ),
                 b_value: "waits for its part".into(),
             }),
