@@ -418,6 +418,7 @@ impl Engine {
         }
         watched.sort_unstable();
         watched.dedup();
+        let mut dead: Vec<(usize, String)> = Vec::new();
         for p in watched {
             let Some(slot) = self.peers.slot(p) else {
                 continue;
@@ -427,14 +428,28 @@ impl Engine {
                 continue;
             }
             if let Some(reason) = chan.check_alive() {
-                // Take what it sent before it died (records, a goodbye).
-                while chan.poll(p, &mut self.st) > 0 {}
-                if *chan.health() == Health::Open {
-                    chan.fail(reason);
-                }
-                self.health_dirty = true;
+                dead.push((p, reason));
             }
         }
+        if dead.is_empty() {
+            return;
+        }
+        // Take what they sent before they died (records, a goodbye): a
+        // local peer's last records may still wait in this rank's receive
+        // queue (a peer that sent and then exited must not look as if it
+        // died before sending), the rest in the channel itself.
+        if let Some(ib) = &mut self.shm_inbox {
+            while ib.poll(&mut self.peers, &mut self.st) > 0 {}
+        }
+        for (p, reason) in dead {
+            if let Some(c) = self.peers.get_mut(p).map(|x| &mut x.chan) {
+                while c.poll(p, &mut self.st) > 0 {}
+                if *c.health() == Health::Open {
+                    c.fail(reason);
+                }
+            }
+        }
+        self.health_dirty = true;
     }
 
     /// Settles what leaked requests left outstanding (a program that
