@@ -184,14 +184,30 @@ pub fn start_without_launcher(
         children.push(cmd.spawn().expect("spawn rank"));
         drop(theirs);
     }
-    let pids: Vec<i32> = children.iter().map(|c| c.id() as i32).collect();
+    // Process descriptors, taken while the children cannot have been
+    // reaped yet: a signal through one reaches that process or nobody,
+    // never another that got its pid after it was reaped (pids wrap at
+    // 32768 here, and a test run starts many thousands of processes).
+    let pidfds: Vec<i32> = children
+        .iter()
+        // SAFETY: pidfd_open takes a pid and flags and returns a new
+        // descriptor (or -1); no memory is passed.
+        .map(|c| unsafe { libc::syscall(libc::SYS_pidfd_open, c.id() as libc::pid_t, 0) } as i32)
+        .collect();
     std::thread::spawn(move || {
         std::thread::sleep(std::time::Duration::from_secs(watchdog_s));
-        for p in pids {
-            // SAFETY: kill has no memory preconditions; these are our
-            // children (a reaped pid is not reused within the test run).
+        for fd in pidfds.into_iter().filter(|&fd| fd >= 0) {
+            // SAFETY: `fd` is a pidfd this thread owns; the call passes no
+            // siginfo (null) and no flags, and the descriptor is closed once.
             unsafe {
-                libc::kill(p, libc::SIGKILL);
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    fd,
+                    libc::SIGKILL,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0,
+                );
+                libc::close(fd);
             }
         }
     });
