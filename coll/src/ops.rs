@@ -107,16 +107,16 @@ pub trait Reducible: Datatype {
     /// Runs `f` on this type's cached kernel of built-in operation `i`
     /// (see [`byte_reduce`]).
     #[doc(hidden)]
-    fn with_kernel<R>(i: usize, f: impl FnOnce(&mut Option<Rc<Kernel>>) -> R) -> R;
+    fn with_kernel<R>(i: usize, f: impl FnOnce(&mut Option<Rc<BuiltinKernel>>) -> R) -> R;
 }
 
 /// `Reducible::with_kernel` for one type: its own thread-local slots (a
 /// static in a generic function would be shared by every type).
 macro_rules! kernel_cache {
     () => {
-        fn with_kernel<R>(i: usize, f: impl FnOnce(&mut Option<Rc<Kernel>>) -> R) -> R {
+        fn with_kernel<R>(i: usize, f: impl FnOnce(&mut Option<Rc<BuiltinKernel>>) -> R) -> R {
             thread_local! {
-                static K: std::cell::RefCell<[Option<Rc<Kernel>>; BUILTIN_OPS]> =
+                static K: std::cell::RefCell<[Option<Rc<BuiltinKernel>>; BUILTIN_OPS]> =
                     const { std::cell::RefCell::new([const { None }; BUILTIN_OPS]) };
             }
             K.with(|k| f(&mut k.borrow_mut()[i]))
@@ -189,21 +189,33 @@ float_reducible!(f32, f64);
 /// ([`ByteReduce::take_panic`]) once the collective has finished and
 /// nothing points into its buffers any more.
 #[derive(Clone)]
-pub struct ByteReduce(Kern, OpCodes);
+pub struct ByteReduce(Kern);
 
 /// The operation's and element type's codes (`stamp::OPS`,
 /// `stamp::TYPES`) for a call's stamp: `(user, none)` where unknown.
 type OpCodes = (u8, u8);
 
-const USER_CODES: OpCodes = (10, 0);
-
 /// One reference either way, so that handing out the cached kernel of a
 /// built-in operation (every reducing call does) costs one increment.
 #[derive(Clone)]
 enum Kern {
-    Builtin(Rc<Kernel>),
+    Builtin(Rc<BuiltinKernel>),
     User(Rc<UserKernel>),
 }
+
+/// A built-in operation's loop with its and its element type's codes,
+/// in one allocation: the codes live behind the pointer, not beside it,
+/// so a `ByteReduce` stays two words (a call's description is kept in
+/// registers).
+#[doc(hidden)]
+pub struct Builtin<F: ?Sized> {
+    codes: OpCodes,
+    f: F,
+}
+
+/// [`Builtin`] of any loop.
+#[doc(hidden)]
+pub type BuiltinKernel = Builtin<Kernel>;
 
 /// A user operation's loop and where its first panic waits for the
 /// collective to end.
@@ -223,7 +235,7 @@ impl ByteReduce {
     #[inline]
     pub fn apply(&self, dst: &mut [u8], src: &[u8], src_left: bool) {
         match &self.0 {
-            Kern::Builtin(f) => f(dst, src, src_left),
+            Kern::Builtin(k) => (k.f)(dst, src, src_left),
             Kern::User(u) => Self::apply_user(u, dst, src, src_left),
         }
     }
@@ -245,15 +257,11 @@ impl ByteReduce {
     }
 
     fn user(f: Box<Kernel>, commutative: bool) -> ByteReduce {
-        let codes = if commutative { USER_CODES } else { (11, 0) };
-        ByteReduce(
-            Kern::User(Rc::new(UserKernel {
-                f,
-                panic: Default::default(),
-                commutative,
-            })),
-            codes,
-        )
+        ByteReduce(Kern::User(Rc::new(UserKernel {
+            f,
+            panic: Default::default(),
+            commutative,
+        })))
     }
 
     /// Whether the operation may be combined in any order (every built-in
@@ -261,7 +269,7 @@ impl ByteReduce {
     #[inline]
     pub fn is_commutative(&self) -> bool {
         match &self.0 {
-            Kern::Builtin(_) => true,
+            Kern::Builtin(..) => true,
             Kern::User(u) => u.commutative,
         }
     }
@@ -284,7 +292,7 @@ impl ByteReduce {
     /// The first panic of the user operation, if it panicked.
     pub fn take_panic(&self) -> Option<Box<dyn std::any::Any + Send>> {
         match &self.0 {
-            Kern::Builtin(_) => None,
+            Kern::Builtin(..) => None,
             Kern::User(u) => u.panic.borrow_mut().take(),
         }
     }
@@ -292,7 +300,12 @@ impl ByteReduce {
     /// The operation's and element type's codes (see [`OpCodes`]).
     #[inline]
     pub(crate) fn codes(&self) -> OpCodes {
-        self.1
+        match &self.0 {
+            Kern::Builtin(k) => k.codes,
+            // A user operation's type is the caller's business.
+            Kern::User(u) if u.commutative => (10, 0),
+            Kern::User(_) => (11, 0),
+        }
     }
 
     /// Whether this is a user operation (which may panic).
@@ -336,10 +349,7 @@ pub fn byte_reduce<T: Reducible>(op: ReduceOp<T>) -> ByteReduce {
     // closure costs a stalled load on every call (the caller stored it in
     // narrower pieces than the copy reads).
     if let Some(f) = T::with_kernel(i, |k| k.clone()) {
-        return ByteReduce(
-            Kern::Builtin(f),
-            (i as u8 + 1, const { crate::stamp::type_code(T::NAME) }),
-        );
+        return ByteReduce(Kern::Builtin(f));
     }
     let f = make_kernel(op);
     if let Kern::Builtin(k) = &f.0 {
@@ -374,7 +384,8 @@ fn make_kernel<T: Reducible>(op: ReduceOp<T>) -> ByteReduce {
     if user {
         ByteReduce::user(Box::new(f), commutative)
     } else {
-        ByteReduce(Kern::Builtin(Rc::new(f)), codes)
+        let k: Rc<BuiltinKernel> = Rc::new(Builtin { codes, f });
+        ByteReduce(Kern::Builtin(k))
     }
 }
 

@@ -79,32 +79,42 @@ pub(crate) fn op_name_of(code: u8) -> &'static str {
     OPS.get(code as usize).copied().unwrap_or("?")
 }
 
-const ROOT_BITS: u32 = 19;
-
 /// Whether a collective has a root.
 pub(crate) fn rooted(c: Collective) -> bool {
-    matches!(
-        c,
-        Collective::Bcast
-            | Collective::Reduce
-            | Collective::Gather
-            | Collective::Gatherv
-            | Collective::Scatter
-            | Collective::Scatterv
-    )
+    (ROOTED >> c.index()) & 1 != 0
 }
 
 /// The stamp of a call of `coll` with `root` (ignored unless rooted),
 /// reduction operation code `rop` and element type code `rty`.
-#[inline]
+#[inline(always)]
 pub(crate) fn stamp(coll: Collective, root: usize, rop: u8, rty: u8) -> u32 {
-    let root = if rooted(coll) {
-        (root as u32) & ((1 << ROOT_BITS) - 1)
-    } else {
-        0
-    };
-    (coll.index() as u32 + 1) | u32::from(rop & 15) << 5 | u32::from(rty & 15) << 9 | root << 13
+    // Branch-free: every blocking collective computes it.
+    let c = coll.index() as u32;
+    let keep_root = ((ROOTED >> c) & 1).wrapping_neg();
+    let root = ((root as u32) << 13) & keep_root;
+    (c + 1) | u32::from(rop & 15) << 5 | u32::from(rty & 15) << 9 | root
 }
+
+/// Bit `i` set: `Collective::ALL[i]` has a root.
+const ROOTED: u32 = {
+    let mut m = 0;
+    let mut i = 0;
+    while i < Collective::ALL.len() {
+        if matches!(
+            Collective::ALL[i],
+            Collective::Bcast
+                | Collective::Reduce
+                | Collective::Gather
+                | Collective::Gatherv
+                | Collective::Scatter
+                | Collective::Scatterv
+        ) {
+            m |= 1 << i;
+        }
+        i += 1;
+    }
+    m
+};
 
 /// The collective of stamp `s` (`None` for no stamp).
 pub(crate) fn collective_of(s: u32) -> Option<Collective> {
@@ -205,11 +215,11 @@ mod tests {
         assert!(OPS.len() <= 16 && TYPES.len() < 16);
         assert!(Collective::ALL.len() < 32);
         for (i, c) in Collective::ALL.into_iter().enumerate() {
-            let s = stamp(c, (1 << ROOT_BITS) - 1, 11, 14);
+            let s = stamp(c, (1 << 19) - 1, 11, 14);
             let f = fields(s);
             assert_eq!(f.coll, Some(c), "{i}");
             assert_eq!((f.rop, f.rty), (11, 14));
-            assert_eq!(f.root, if rooted(c) { (1 << ROOT_BITS) - 1 } else { 0 });
+            assert_eq!(f.root, if rooted(c) { (1 << 19) - 1 } else { 0 });
         }
     }
 

@@ -387,12 +387,8 @@ impl<'a> FastCall<'a> {
     /// that wait for this publication; others that sleep wake by their
     /// bounded sleep).
     fn publish_waking(&mut self, wake: impl Iterator<Item = usize>) {
-        let len = self.claimed;
-        let word = if len & MARKS == 0 {
-            len | self.stamp
-        } else {
-            len
-        };
+        // A mark is published with no stamp (`refuse` clears it).
+        let word = self.claimed | self.stamp;
         let mine = self.locals[self.me];
         self.area.header(mine, self.k).publish(self.k, word);
         self.e.fast.seen[mine] = self.k;
@@ -590,6 +586,7 @@ impl<'a> FastCall<'a> {
         let k = self.e.fast.failed;
         if self.claim(0).is_ok() {
             self.claimed = FAIL_MARK | k as usize;
+            self.stamp = 0;
             self.publish();
         }
         let me = self.e.rank();
@@ -736,13 +733,23 @@ impl<'a> FastCall<'a> {
             return Err(self.skipped(r));
         }
         let w = h.len();
+        // One test on the way of a correct call: a mark or another stamp
+        // both differ above the length.
+        if w & !LEN_BITS != self.stamp {
+            return self.odd_line(r, w);
+        }
+        Ok(w & LEN_BITS)
+    }
+
+    /// [`line_of`](Self::line_of) of a word that is not this call's data: a
+    /// mark (given as it is), or data under another stamp (an error).
+    #[cold]
+    #[inline(never)]
+    fn odd_line(&self, r: usize, w: usize) -> Result<usize> {
         if w & MARKS != 0 {
             return Ok(w);
         }
-        if w & !LEN_BITS != self.stamp {
-            return Err(self.stamp_mismatch(r, w));
-        }
-        Ok(w & LEN_BITS)
+        Err(self.stamp_mismatch(r, w))
     }
 
     /// Member `r` published data under stamp word `w`, another call than
@@ -792,9 +799,6 @@ impl<'a> FastCall<'a> {
     fn wait_any(&mut self, r: usize, a: u64, b: u64) -> Result<()> {
         let l = self.locals[r];
         let want = a.min(b);
-        // Waiting for one call's line (not a reuse window): a member that
-        // publishes a later call instead disagrees on this one.
-        let exact = a == b;
         if self.e.fast.seen[l] >= want {
             return Ok(());
         }
@@ -813,12 +817,15 @@ impl<'a> FastCall<'a> {
             // ~100-200 ns, while a yield costs a syscall. Oversubscribed (no
             // engine spins), the CPU goes to the peer at once.
             let checks = if self.e.spins == 0 { 0 } else { FLAG_SPIN };
+            let exact = a == b;
             let b = Backoff::new(self.e.spins, self.e.yields).with_checks(checks);
             // Any member's death ends the wait: the member waited for may
             // be alive but have given up on this call because of it.
             let w = self.group[r];
             let group = self.group;
             self.e.watch = Some(w);
+            // Waiting for one call's line (not a reuse window): a member
+            // that publishes a later call instead disagrees on this one.
             if exact {
                 self.e.fast.awaited = Some((l, a));
                 self.e.fast.passed = None;
