@@ -44,5 +44,7 @@ pub use queue::{Intent, QueueConsumer, QueueProducer, QueueRecord};
 pub use ring::{RecordRef, RingConsumer, RingProducer};
 pub use rndv::{ClaimSlot, CLAIM_SLOTS};
 pub use segment::{cleanup_job, segment_name, Segment, SHM_DIR};
-pub use slots::{SlotArea, SlotHeader, SLOT_BUFFERS, SLOT_HEADER, SLOT_INLINE, SLOT_LINES};
+pub use slots::{
+    SlotArea, SlotHeader, SlotLayout, SLOT_BUFFERS, SLOT_HEADER, SLOT_INLINE, SLOT_LINES,
+};
 pub use wake::{wake_path, WakeFifo, WakeWriter};

@@ -103,6 +103,39 @@ impl SlotHeader {
     }
 }
 
+/// What [`SlotArea::new`] found, kept by a caller that makes the area on
+/// every call (a fast-path collective: the checks cost more than the
+/// collective's own arithmetic).
+#[derive(Clone, Copy)]
+pub struct SlotLayout {
+    base: *mut u8,
+    ranks: usize,
+    cap: usize,
+    stride: usize,
+    /// Bytes of extra area the slots take ([`SlotArea::bytes_needed`]).
+    need: usize,
+}
+
+impl SlotLayout {
+    /// The area this layout was taken from, when `node`'s extra area starts
+    /// where it did and is as long as the slots need (anything else gives
+    /// `None`): every offset `new` checked then lies inside it.
+    #[inline]
+    pub fn area<'a>(&self, node: &'a NodeSegment) -> Option<SlotArea<'a>> {
+        let l = node.layout();
+        (node.extra_ptr() == self.base
+            && l.extra_len() >= self.need
+            && l.params().local_size == self.ranks)
+            .then_some(SlotArea {
+                base: self.base,
+                ranks: self.ranks,
+                cap: self.cap,
+                stride: self.stride,
+                _seg: std::marker::PhantomData,
+            })
+    }
+}
+
 /// The slots of one node, viewed through its segment.
 #[derive(Clone, Copy)]
 pub struct SlotArea<'a> {
@@ -143,6 +176,18 @@ impl<'a> SlotArea<'a> {
             stride: Self::stride(cap),
             _seg: std::marker::PhantomData,
         })
+    }
+
+    /// The area's layout, to make it again for the same segment without
+    /// redoing the checks of [`new`](Self::new) ([`SlotLayout::area`]).
+    pub fn layout(&self) -> SlotLayout {
+        SlotLayout {
+            base: self.base,
+            ranks: self.ranks,
+            cap: self.cap,
+            stride: self.stride,
+            need: Self::bytes_needed(self.ranks, self.cap),
+        }
     }
 
     /// Data bytes one publication may hold.

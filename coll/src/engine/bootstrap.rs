@@ -224,6 +224,11 @@ impl Engine {
             me,
             use_shm,
             health_dirty: false,
+            slots: node.as_ref().and_then(|n| {
+                ibcoll_shm::SlotArea::new(n, cfg.shm_coll_bytes)
+                    .ok()
+                    .map(|a| a.layout())
+            }),
             node,
             local_rank: pl.local_rank,
             local_size: pl.local_size,

@@ -802,6 +802,9 @@ pub(crate) struct Engine {
     /// pass looks at every peer's.
     pub(crate) health_dirty: bool,
     pub node: Option<Rc<NodeSegment>>,
+    /// The fast paths' slots in `node`, checked once at init (`None`
+    /// without a segment, or when they do not fit it).
+    pub slots: Option<ibcoll_shm::SlotLayout>,
     pub local_rank: usize,
     pub local_size: usize,
     pub node_id: usize,

@@ -260,7 +260,7 @@ impl<'a> FastCall<'a> {
     /// The slots of `node` (the engine's node segment), when configured.
     #[inline]
     pub fn area(e: &Engine, node: &'a NodeSegment) -> Option<SlotArea<'a>> {
-        SlotArea::new(node, e.cfg.shm_coll_bytes).ok()
+        e.slots.as_ref()?.area(node)
     }
 
     /// Starts the next fast-path collective as communicator rank `me` of a
