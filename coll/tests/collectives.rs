@@ -48,7 +48,8 @@ fn collectives_3_ranks() {
     coll_check(&["-n", "3"]);
 }
 
-/// The fast paths' trees (barrier, bcast, reduce, allreduce), forced below
+/// The fast paths' trees (barrier, bcast, reduce, allreduce, gather,
+/// scatter), forced below
 /// their default size: 3 ranks (the root's children only), 7 (a second
 /// level) and 18 (a third in the range tree of bcast and the reductions).
 #[test]

@@ -39,11 +39,13 @@ mod barrier;
 mod bcast;
 mod bcast_tree;
 mod gather;
+mod gather_tree;
 mod reduce;
 mod reduce_scatter;
 mod reduce_tree;
 mod scan;
 mod scatter;
+mod scatter_tree;
 mod tree;
 
 use std::rc::Rc;
@@ -1109,7 +1111,7 @@ pub(crate) unsafe fn copy(src: *const u8, dst: *mut u8, len: usize) {
 }
 
 /// Bytes one rank publishes in a fast-path `c` (the same on every rank
-/// for valid arguments).
+/// for valid arguments; a tree gather that would need more runs flat).
 pub(crate) fn bytes_needed(c: crate::algorithms::Collective, io: &FastIo, n: usize) -> usize {
     use crate::algorithms::Collective::*;
     let block = io.count * io.esize;
@@ -1152,7 +1154,9 @@ fn run_call(c: crate::algorithms::Collective, f: &mut FastCall, io: &FastIo) -> 
         Reduce => reduce::run(f, io),
         Allreduce if f.tree() => allreduce_tree::run(f, io),
         Allreduce => allreduce::run(f, io),
+        Gather if f.tree() && gather_tree::fits(f, io) => gather_tree::run(f, io),
         Gather | Gatherv => gather::run(f, io),
+        Scatter if f.tree() => scatter_tree::run(f, io),
         Scatter => scatter::run(f, io),
         Scatterv => scatter::run_v(f, io),
         Allgather | Allgatherv => allgather::run(f, io),

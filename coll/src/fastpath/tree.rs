@@ -16,7 +16,11 @@ pub(crate) const ARITY: usize = 4;
 pub(crate) struct Node {
     pub parent: Option<usize>,
     kids: [usize; ARITY],
+    /// Where each child's range ends (its subtree is `kid..end`).
+    ends: [usize; ARITY],
     nkids: usize,
+    /// Where this rank's range ends (its subtree is `me..end`).
+    pub end: usize,
 }
 
 impl Node {
@@ -31,10 +35,13 @@ impl Node {
                 let mut node = Node {
                     parent,
                     kids: [0; ARITY],
+                    ends: [0; ARITY],
                     nkids: 0,
+                    end: hi,
                 };
-                for (c, _) in kids.iter().flatten() {
-                    node.kids[node.nkids] = *c;
+                for &(c, end) in kids.iter().flatten() {
+                    node.kids[node.nkids] = c;
+                    node.ends[node.nkids] = end;
                     node.nkids += 1;
                 }
                 return node;
@@ -51,6 +58,11 @@ impl Node {
     /// The children, first rank first.
     pub fn kids(&self) -> impl Iterator<Item = usize> + Clone + '_ {
         self.kids[..self.nkids].iter().copied()
+    }
+
+    /// The children with the number of ranks in each one's subtree.
+    pub fn kid_spans(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        (0..self.nkids).map(|i| (self.kids[i], self.ends[i] - self.kids[i]))
     }
 
     pub fn is_leaf(&self) -> bool {
@@ -98,11 +110,13 @@ mod tests {
             }
             fn span(nodes: &[Node], r: usize) -> (usize, usize) {
                 let mut end = r + 1;
-                for c in nodes[r].kids() {
+                for (c, k) in nodes[r].kid_spans() {
                     let (lo, hi) = span(nodes, c);
                     assert_eq!(lo, end, "children's ranges follow each other");
+                    assert_eq!(hi - lo, k, "a child's span is its range");
                     end = hi;
                 }
+                assert_eq!(end, nodes[r].end, "{r}'s range");
                 (r, end)
             }
             assert_eq!(span(&nodes, 0), (0, n));
