@@ -135,11 +135,9 @@ impl Matcher {
         !self.unexpected.is_empty()
     }
 
-    /// The unexpected messages of context `ctx` and tag `tag`.
-    pub fn unexpected_of(&self, ctx: u32, tag: i32) -> impl Iterator<Item = &Unexpected> {
-        self.unexpected
-            .iter()
-            .filter(move |u| u.ctx == ctx && u.tag == tag)
+    /// The `k` oldest unexpected messages.
+    pub fn oldest_unexpected(&self, k: usize) -> impl Iterator<Item = &Unexpected> {
+        self.unexpected.iter().take(k)
     }
 
     /// The earliest unexpected message a receive would match (for probe).

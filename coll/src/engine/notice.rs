@@ -73,6 +73,10 @@ pub(crate) struct Notice {
 /// Collective calls [`State::calls`] remembers (context, tag, stamp).
 const CALLS_KEPT: usize = 16;
 
+/// Unexpected messages a starting call looks at for conflicts (the
+/// oldest).
+const EARLY_LOOKED_AT: usize = 16;
+
 /// Probes [`State::probes`] keeps for calls not started here yet.
 const PROBES_KEPT: usize = 64;
 
@@ -115,6 +119,10 @@ impl State {
         }
         self.calls.push_back((ctx, tag, stamp));
         if self.matcher.has_unexpected() {
+            // The oldest messages only: the current call's are the oldest
+            // waiting (calls go in order, each sender's messages too), and
+            // a long queue (a root running ahead) must not make every call
+            // walk it.
             self.find_conflicts(ctx, tag, stamp);
         }
         if !self.probes.is_empty() {
@@ -174,8 +182,8 @@ impl State {
     fn find_conflicts(&mut self, ctx: u32, tag: i32, mine: u32) {
         let found: Vec<Conflict> = self
             .matcher
-            .unexpected_of(ctx, tag)
-            .filter(|u| u.stamp != 0 && u.stamp != mine)
+            .oldest_unexpected(EARLY_LOOKED_AT)
+            .filter(|u| u.ctx == ctx && u.tag == tag && u.stamp != 0 && u.stamp != mine)
             .map(|u| Conflict {
                 ctx,
                 tag,
