@@ -58,20 +58,36 @@ pub struct ReqEntry {
     pub persist: Option<Persist>,
     /// A nonblocking collective's: MPI_Request_free refuses it.
     pub coll: bool,
+    /// On the free list: the next free slot's index ([`NIL`] for none).
+    next_free: u32,
 }
+
+/// No slot (the end of the free list).
+const NIL: u32 = u32::MAX;
 
 /// The request table: a handle is `REQUEST_DYN` and the index of its
 /// slot. A slot is reused once its request is complete (or freed): no
 /// allocation per request once the table has grown to the most requests
 /// the program has had at once.
-#[derive(Default)]
 pub struct Requests {
     slots: Vec<ReqEntry>,
-    /// Indices of the vacant slots that no call holds (each at most once).
-    free: Vec<u32>,
+    /// The first of the vacant slots that no call holds, linked through
+    /// their `next_free` (each at most once): freeing one is two stores,
+    /// which cannot fail (see [`take_plain!`]).
+    free: u32,
     /// Requests freed while pending (`MPI_Request_free`): finished at
     /// `MPI_Finalize` if not before.
     pub detached: Vec<ReqEntry>,
+}
+
+impl Default for Requests {
+    fn default() -> Requests {
+        Requests {
+            slots: Vec::new(),
+            free: NIL,
+            detached: Vec::new(),
+        }
+    }
 }
 
 impl Requests {
@@ -80,8 +96,12 @@ impl Requests {
     /// gives it back with [`Requests::unreserve`]).
     #[inline(always)]
     pub fn reserve(&mut self) -> R<usize> {
-        match self.free.pop() {
-            Some(i) => Ok(i as usize),
+        let i = self.free as usize;
+        match self.slots.get(i) {
+            Some(e) => {
+                self.free = e.next_free;
+                Ok(i)
+            }
             None => self.grow(),
         }
     }
@@ -103,10 +123,11 @@ impl Requests {
         Ok(i)
     }
 
-    /// Gives back reserved slot `i` unused.
+    /// Puts reserved slot `i`, vacant, on the free list.
     #[inline(always)]
     pub fn unreserve(&mut self, i: usize) {
-        self.free.push(i as u32);
+        self.slots[i].next_free = self.free;
+        self.free = i as u32;
     }
 
     /// Fills reserved slot `i` with `e`; its handle.
@@ -171,6 +192,7 @@ impl ReqEntry {
             keep: Vec::new(),
             persist: None,
             coll: false,
+            next_free: NIL,
         }
     }
 
@@ -434,31 +456,25 @@ fn status_at(p: *mut MPI_Status, i: usize) -> *mut MPI_Status {
 
 /// Takes the operation of plain request `$h` out of its slot in `$t` (a
 /// `Requests`) into local `$r`, with the slot's index `$i` and the
-/// request's communicator `$comm`; the slot, vacant then, goes back on the
-/// free list if `$free`, or else stays reserved. Returns `None` from the
+/// request's communicator `$comm`; the slot, vacant then, goes on the free
+/// list if `$free`, or else stays reserved. Returns `None` from the
 /// enclosing function if `$h` is not a plain request (the full path then
 /// deals with it).
 ///
 /// A macro, not a function: the request (104 bytes) is read straight into
 /// the local that the caller's `wait`/`test` call uses, and nothing that
-/// may unwind comes between (the free list's push comes first). Returned
-/// through a tuple or by `mem::replace`, or live across a call that may
-/// unwind (its drop flag), it was copied once or twice more: 14 to 30
-/// instructions per request.
+/// may unwind comes between. Returned through a tuple or by
+/// `mem::replace`, or live across a call that may unwind (its drop flag),
+/// it was copied once or twice more: 14 to 30 instructions per request.
 macro_rules! take_plain {
     ($t:expr, $h:expr, $free:expr => $i:ident, $r:ident, $comm:ident) => {
-        let ($i, slot) = $t.slot($h)?;
-        let Pending::Plain(_) = slot.op else {
-            return None;
-        };
-        let $comm = slot.comm;
-        if $free {
-            $t.unreserve($i);
-        }
-        let slot = &mut $t.slots[$i];
+        let t: &mut Requests = &mut $t;
+        let $i = index($h, REQUEST_DYN)?;
+        let slot = t.slots.get_mut($i)?;
         let Pending::Plain(op) = &mut slot.op else {
             return None;
         };
+        let $comm = slot.comm;
         // SAFETY: the request is read out here once, and its place is
         // overwritten right below, without a drop (`ptr::write`), by
         // `Vacant`: it is moved, never duplicated, and nothing in between
@@ -467,6 +483,11 @@ macro_rules! take_plain {
         // SAFETY: `slot.op` is a valid, exclusively borrowed place whose
         // old value was just moved out.
         unsafe { std::ptr::write(&mut slot.op, Pending::Vacant) };
+        if $free {
+            // `unreserve` without its second bounds check.
+            slot.next_free = t.free;
+            t.free = $i as u32;
+        }
     };
 }
 
@@ -708,16 +729,40 @@ unsafe fn complete_all(
     }
     let mut first: Option<(MpiErr, MPI_Comm)> = None;
     let ignore = statuses.is_null() || statuses as usize == MPI_STATUS_IGNORE;
+    // One loop each way: with the statuses ignored, nothing of them is
+    // computed or tested per request.
+    if ignore {
+        wait_each(g, rs, |_| std::ptr::null_mut(), &mut first);
+    } else {
+        // SAFETY: an array of statuses as long as the request array (MPI's
+        // contract).
+        wait_each(g, rs, |k| unsafe { statuses.add(k) }, &mut first);
+    }
+    match first {
+        Some((x, c)) => Err((in_status(x, ignore), c)),
+        None => Ok(true),
+    }
+}
+
+/// Waits for every request of `rs` in order; the status of `rs[k]` goes
+/// to `status(k)` (null: nowhere), the first error to `first`.
+#[inline(always)]
+fn wait_each(
+    g: Option<&'static Global>,
+    rs: &mut [MPI_Request],
+    status: impl Fn(usize) -> *mut MPI_Status,
+    first: &mut Option<(MpiErr, MPI_Comm)>,
+) {
     for (k, h) in rs.iter_mut().enumerate() {
         if *h == MPI_REQUEST_NULL {
-            put_status(status_at(statuses, k), empty_status());
+            put_status(status(k), empty_status());
             continue;
         }
         if let Some(res) = g.and_then(|g| wait_plain(g, *h)) {
             *h = MPI_REQUEST_NULL;
             match res {
-                Ok(s) => put_status(status_at(statuses, k), s),
-                Err(f) => plain_failed_in(f, status_at(statuses, k), &mut first),
+                Ok(s) => put_status(status(k), s),
+                Err(f) => plain_failed_in(f, status(k), first),
             }
             continue;
         }
@@ -734,11 +779,7 @@ unsafe fn complete_all(
             s.MPI_ERROR = x.class;
             first.get_or_insert((x, comm));
         }
-        put_status(status_at(statuses, k), s);
-    }
-    match first {
-        Some((x, c)) => Err((in_status(x, ignore), c)),
-        None => Ok(true),
+        put_status(status(k), s);
     }
 }
 
