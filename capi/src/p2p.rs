@@ -637,8 +637,9 @@ unsafe fn isend_fast(
         return None;
     }
     let i = reqs.reserve().ok()?;
-    // Taken (bounds checked) before the send is started: from its return
-    // to its registration nothing may unwind (see `take_plain!`).
+    // Taken (bounds checked) before the send is started, so that nothing
+    // between its return and its registration can unwind (a path that
+    // unwinds there costs one more copy of the request: see `take_plain!`).
     let slot = reqs.reserved(i);
     // SAFETY: `buf` is not null and holds `count` elements of `ext` bytes,
     // left valid and unchanged until the request completes (MPI's contract

@@ -178,6 +178,7 @@ impl ReqEntry {
     /// request `r`; the caller sets `comm` (when it registers it).
     #[inline(always)]
     pub fn fill_plain(&mut self, r: Request<'static>) {
+        debug_assert!(matches!(self.op, Pending::Vacant));
         // Vacant: nothing to drop (forgetting skips the drop glue's call).
         std::mem::forget(std::mem::replace(&mut self.op, Pending::Plain(r)));
     }
