@@ -148,12 +148,6 @@ impl Requests {
         let i = index(h, REQUEST_DYN)?;
         Some((i, self.slots.get_mut(i)?))
     }
-
-    /// Puts an operation lent out by [`take_plain!`] back into its slot.
-    #[inline(always)]
-    fn lend_back(&mut self, i: usize, r: Request<'static>) {
-        self.slots[i].fill_plain(r);
-    }
 }
 
 #[derive(Clone, Copy)]
@@ -480,7 +474,8 @@ macro_rules! take_plain {
         // overwritten right below, without a drop (`ptr::write`), by
         // `Vacant`: it is moved, never duplicated, and nothing in between
         // can unwind.
-        let $r = unsafe { std::ptr::read(op) };
+        #[allow(unused_mut)]
+        let mut $r = unsafe { std::ptr::read(op) };
         // SAFETY: `slot.op` is a valid, exclusively borrowed place whose
         // old value was just moved out.
         unsafe { std::ptr::write(&mut slot.op, Pending::Vacant) };
@@ -489,6 +484,20 @@ macro_rules! take_plain {
             slot.next_free = t.free;
             t.free = $i as u32;
         }
+    };
+}
+
+/// Puts operation `$r`, lent out by [`take_plain!`] (not freed), back
+/// into slot `$i` of `$t`. A macro for the reason `take_plain!` is: passed
+/// to a function, the request was copied twice more.
+macro_rules! put_back_plain {
+    ($t:expr, $i:expr, $r:expr) => {
+        let op = &mut $t.slots[$i].op;
+        debug_assert!(matches!(op, Pending::Vacant));
+        // SAFETY: `op` is a valid, exclusively borrowed place holding
+        // `Vacant` (the slot of a lent-out operation), which owns nothing:
+        // not dropping it leaks nothing.
+        unsafe { std::ptr::write(op, Pending::Plain($r)) };
     };
 }
 
@@ -531,14 +540,14 @@ fn probe_plain(g: &'static Global, h: MPI_Request) -> Option<bool> {
     let mut t = g.reqs_fast()?;
     take_plain!(t, h, false => i, r, _comm);
     drop(t);
-    let mut r = r;
     let done = !matches!(r.test(), Ok(None));
     // Borrows are scoped: after the test the state is borrowed as before
     // it, that is not at all (the first borrow succeeded), so this one
     // fails only if the test ran MPI_Finalize (from a user reduction):
     // then the slot went with the state, and the operation is dropped here
     // (its drop returns at once: the engine's finalization settled it).
-    g.reqs_fast()?.lend_back(i, r);
+    let mut t = g.reqs_fast()?;
+    put_back_plain!(t, i, r);
     Some(done)
 }
 
@@ -549,13 +558,12 @@ fn test_plain(g: &'static Global, h: MPI_Request) -> Option<Option<Result<MPI_St
     let mut t = g.reqs_fast()?;
     take_plain!(t, h, false => i, r, comm);
     drop(t);
-    let mut r = r;
     let res = r.test();
     // As in `probe_plain`.
     let mut t = g.reqs_fast()?;
     Some(match res {
         Ok(None) => {
-            t.lend_back(i, r);
+            put_back_plain!(t, i, r);
             None
         }
         Ok(Some(s)) => {
