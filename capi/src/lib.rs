@@ -16,8 +16,15 @@
 //! owned by this library's request table until `MPI_Wait`/`MPI_Test`
 //! completes it (or `MPI_Finalize` waits for it).
 //!
-//! No entry point holds the state borrowed while it calls into ibcoll, so
-//! a user reduction (`MPI_Op_create`) may call back into the library.
+//! No entry point holds the state mutably borrowed while it calls into
+//! ibcoll where ibcoll may run user code, so a user reduction
+//! (`MPI_Op_create`) may call back into the library: a request's operation
+//! is taken out of its slot while it is waited for or tested. The
+//! nonblocking calls' fast paths hold it while ibcoll posts a send or
+//! receive, which runs no user code. (The blocking calls' fast paths hold
+//! it shared while they wait: a user reduction that a pending nonblocking
+//! collective runs meanwhile and that calls a function needing it mutably,
+//! such as `MPI_Comm_rank`, gets `MPI_ERR_INTERN`.)
 
 #![allow(non_snake_case, non_camel_case_types)]
 #![allow(clippy::missing_safety_doc)]

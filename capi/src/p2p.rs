@@ -603,6 +603,92 @@ init_fn!(MPI_Rsend_init, "MPI_Rsend_init", true, false);
 init_fn!(MPI_Bsend_init, "MPI_Bsend_init", true, false);
 init_fn!(MPI_Recv_init, "MPI_Recv_init", false, false);
 
+/// The nonblocking send's fast path, in the MPI function itself: the
+/// checks of [`send_fast`] and a request pointer that is not null; the
+/// send is started in the static scope over the caller's memory and
+/// registered as a plain request (see `requests::Pending::Plain`). `None`
+/// for anything else, before anything is started: [`isend_slow`] then
+/// checks everything again, in order, and reports what is wrong.
+///
+/// The state is borrowed (mutably: the request table) while ibcoll posts
+/// the send: posting runs no user code (ibcoll's `isend`/`issend` and
+/// `irecv` queue, match or connect; they drive no collective), so no user
+/// reduction can want the state meanwhile.
+#[inline(always)]
+unsafe fn isend_fast(
+    buf: *const c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    to: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    req: *mut MPI_Request,
+    sync: bool,
+    func: &'static str,
+) -> Option<c_int> {
+    let (ext, _) = basic_fast(dt)?;
+    if (count | tag) < 0 || buf.is_null() || req.is_null() {
+        return None;
+    }
+    let mut st = state::G.get()?.state_fast()?;
+    let (c, scope, reqs) = st.poster(comm)?;
+    // A negative rank (MPI_PROC_NULL too) is above any size as unsigned.
+    if to as u32 as usize >= c.size() {
+        return None;
+    }
+    let i = reqs.reserve().ok()?;
+    // Taken (bounds checked) before the send is started, so that nothing
+    // between its return and its registration can unwind (a path that
+    // unwinds there costs one more copy of the request: see `take_plain!`).
+    let slot = reqs.reserved(i);
+    // SAFETY: `buf` is not null and holds `count` elements of `ext` bytes,
+    // left valid and unchanged until the request completes (MPI's contract
+    // for nonblocking sends), which is what a `'static` view needs: the
+    // request table owns the operation until MPI_Wait/Test (or
+    // MPI_Finalize) completes it.
+    let data = unsafe { std::slice::from_raw_parts(buf as *const u8, count as usize * ext) };
+    let r = if sync {
+        c.issend(scope, data, to as usize, tag)
+    } else {
+        c.isend(scope, data, to as usize, tag)
+    };
+    match r {
+        Ok(r) => {
+            slot.fill_plain(r);
+            slot.comm = comm;
+            drop(st);
+            // SAFETY: not null: the caller's request (MPI's contract).
+            unsafe { req.write(requests::handle(i)) };
+            Some(MPI_SUCCESS)
+        }
+        Err(e) => {
+            reqs.unreserve(i);
+            drop(st);
+            Some(fail_ibcoll(func, comm, e))
+        }
+    }
+}
+
+/// A nonblocking send off the fast path: every check, in order, with its
+/// error.
+#[inline(never)]
+unsafe fn isend_slow(
+    buf: *const c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    to: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    req: *mut MPI_Request,
+    sync: bool,
+    func: &'static str,
+) -> c_int {
+    // SAFETY: MPI's contract, passed on.
+    call(func, comm, || unsafe {
+        isend(buf, count, dt, to, tag, comm, req, sync)
+    })
+}
+
 macro_rules! isend_fn {
     ($name:ident, $s:literal, $sync:expr) => {
         #[no_mangle]
@@ -615,10 +701,13 @@ macro_rules! isend_fn {
             comm: MPI_Comm,
             req: *mut MPI_Request,
         ) -> c_int {
-            // SAFETY: MPI's contract, passed on.
-            call($s, comm, || unsafe {
-                isend(buf, count, dt, dest, tag, comm, req, $sync)
-            })
+            // SAFETY: MPI's contract, passed on (both paths).
+            unsafe {
+                match isend_fast(buf, count, dt, dest, tag, comm, req, $sync, $s) {
+                    Some(rc) => rc,
+                    None => isend_slow(buf, count, dt, dest, tag, comm, req, $sync, $s),
+                }
+            }
         }
     };
 }
@@ -628,8 +717,78 @@ isend_fn!(MPI_Issend, "MPI_Issend", true);
 isend_fn!(MPI_Irsend, "MPI_Irsend", false);
 isend_fn!(MPI_Ibsend, "MPI_Ibsend", false);
 
+/// The nonblocking receive's fast path, as [`isend_fast`] with the
+/// checks of [`recv_fast`].
+#[inline(always)]
+unsafe fn irecv_fast(
+    buf: *mut c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    from: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    req: *mut MPI_Request,
+) -> Option<c_int> {
+    let (ext, _) = basic_fast(dt)?;
+    // MPI_ANY_TAG (-1) is ibcoll's ANY_TAG (see `recv_fast`).
+    if (count | tag.wrapping_add(1)) < 0 || buf.is_null() || req.is_null() {
+        return None;
+    }
+    let mut st = state::G.get()?.state_fast()?;
+    let (c, scope, reqs) = st.poster(comm)?;
+    let src = if (from as u32 as usize) < c.size() {
+        from as usize
+    } else if from == MPI_ANY_SOURCE {
+        ANY_SOURCE
+    } else {
+        return None;
+    };
+    let i = reqs.reserve().ok()?;
+    // As in `isend_fast`.
+    let slot = reqs.reserved(i);
+    // SAFETY: `buf` is not null and holds `count` writable elements of
+    // `ext` bytes, left alone until the request completes (MPI's contract
+    // for nonblocking receives): see `isend_fast`.
+    let into = unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, count as usize * ext) };
+    match c.irecv(scope, into, src, tag) {
+        Ok(r) => {
+            slot.fill_plain(r);
+            slot.comm = comm;
+            drop(st);
+            // SAFETY: not null: the caller's request (MPI's contract).
+            unsafe { req.write(requests::handle(i)) };
+            Some(MPI_SUCCESS)
+        }
+        Err(e) => {
+            reqs.unreserve(i);
+            drop(st);
+            Some(fail_ibcoll("MPI_Irecv", comm, e))
+        }
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Irecv(
+    buf: *mut c_void,
+    count: c_int,
+    dt: MPI_Datatype,
+    from: c_int,
+    tag: c_int,
+    comm: MPI_Comm,
+    req: *mut MPI_Request,
+) -> c_int {
+    // SAFETY: MPI's contract, passed on (both paths).
+    unsafe {
+        match irecv_fast(buf, count, dt, from, tag, comm, req) {
+            Some(rc) => rc,
+            None => irecv_slow(buf, count, dt, from, tag, comm, req),
+        }
+    }
+}
+
+/// MPI_Irecv off the fast path: every check, in order, with its error.
+#[inline(never)]
+unsafe fn irecv_slow(
     buf: *mut c_void,
     count: c_int,
     dt: MPI_Datatype,

@@ -17,13 +17,24 @@ use crate::abi::*;
 use crate::buffers::{put, put_status, Staged};
 use crate::error::{call, err, fail, MpiErr, R};
 use crate::packed::Unpack;
-use crate::state::{self, index};
+use crate::state::{self, index, Global, G};
 
 pub enum Pending {
     P2p(Request<'static>),
+    /// A point-to-point operation straight on the caller's memory that
+    /// leaves nothing to do when it completes but to report its status:
+    /// what the fast paths of `MPI_Isend`/`MPI_Irecv` start on predefined
+    /// types. The entry's other fields are as [`ReqEntry::vacant`] has
+    /// them, so completing it is taking the operation out of the slot and
+    /// freeing the slot ([`take_plain!`]). The full path treats it as
+    /// `P2p`; anything that changes the entry ends it being `Plain`.
+    Plain(Request<'static>),
     Coll(CollRequest<'static>),
     /// Complete already (or never started: MPI_PROC_NULL).
     Done,
+    /// No request: a free slot, or one whose entry (or operation) a call
+    /// has taken out while it completes or tests it.
+    Vacant,
 }
 
 /// One request. Field order matters: `op` is dropped (which waits for
@@ -47,6 +58,96 @@ pub struct ReqEntry {
     pub persist: Option<Persist>,
     /// A nonblocking collective's: MPI_Request_free refuses it.
     pub coll: bool,
+    /// On the free list: the next free slot's index ([`NIL`] for none).
+    next_free: u32,
+}
+
+/// No slot (the end of the free list).
+const NIL: u32 = u32::MAX;
+
+/// The request table: a handle is `REQUEST_DYN` and the index of its
+/// slot. A slot is reused once its request is complete (or freed): no
+/// allocation per request once the table has grown to the most requests
+/// the program has had at once.
+pub struct Requests {
+    slots: Vec<ReqEntry>,
+    /// The first of the vacant slots that no call holds, linked through
+    /// their `next_free` (each at most once): freeing one is two stores,
+    /// which cannot fail (see [`take_plain!`]).
+    free: u32,
+    /// Requests freed while pending (`MPI_Request_free`): finished at
+    /// `MPI_Finalize` if not before.
+    pub detached: Vec<ReqEntry>,
+}
+
+impl Default for Requests {
+    fn default() -> Requests {
+        Requests {
+            slots: Vec::new(),
+            free: NIL,
+            detached: Vec::new(),
+        }
+    }
+}
+
+impl Requests {
+    /// A vacant slot for a new request, off the free list (the caller
+    /// fills it with [`Requests::fill`] or [`ReqEntry::fill_plain`], or
+    /// gives it back with [`Requests::unreserve`]).
+    #[inline(always)]
+    pub fn reserve(&mut self) -> R<usize> {
+        let i = self.free as usize;
+        match self.slots.get(i) {
+            Some(e) => {
+                self.free = e.next_free;
+                Ok(i)
+            }
+            None => self.grow(),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self) -> R<usize> {
+        let i = self.slots.len();
+        if i > INDEX_MASK as usize {
+            return err(
+                MPI_ERR_INTERN,
+                format!(
+                    "more than {} requests at once (complete or free some)",
+                    INDEX_MASK as usize + 1
+                ),
+            );
+        }
+        self.slots.push(ReqEntry::vacant());
+        Ok(i)
+    }
+
+    /// Puts reserved slot `i`, vacant, on the free list.
+    #[inline(always)]
+    pub fn unreserve(&mut self, i: usize) {
+        self.slots[i].next_free = self.free;
+        self.free = i as u32;
+    }
+
+    /// Fills reserved slot `i` with `e`; its handle.
+    fn fill(&mut self, i: usize, e: ReqEntry) -> MPI_Request {
+        self.slots[i] = e;
+        handle(i)
+    }
+
+    /// Reserved slot `i`, for [`ReqEntry::fill_plain`].
+    #[inline(always)]
+    pub fn reserved(&mut self, i: usize) -> &mut ReqEntry {
+        &mut self.slots[i]
+    }
+
+    /// The slot of handle `h`, if it is one of the table's.
+    #[inline(always)]
+    fn slot(&mut self, h: MPI_Request) -> Option<(usize, &mut ReqEntry)> {
+        let i = index(h, REQUEST_DYN)?;
+        Some((i, self.slots.get_mut(i)?))
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -62,6 +163,20 @@ pub struct Persist {
 }
 
 impl ReqEntry {
+    /// A free slot's entry.
+    fn vacant() -> ReqEntry {
+        ReqEntry::new(Pending::Vacant, 0)
+    }
+
+    /// Makes this entry, reserved (so vacant), the plain point-to-point
+    /// request `r`; the caller sets `comm` (when it registers it).
+    #[inline(always)]
+    pub fn fill_plain(&mut self, r: Request<'static>) {
+        debug_assert!(matches!(self.op, Pending::Vacant));
+        // Vacant: nothing to drop (forgetting skips the drop glue's call).
+        std::mem::forget(std::mem::replace(&mut self.op, Pending::Plain(r)));
+    }
+
     pub fn new(op: Pending, comm: MPI_Comm) -> ReqEntry {
         ReqEntry {
             op,
@@ -72,6 +187,7 @@ impl ReqEntry {
             keep: Vec::new(),
             persist: None,
             coll: false,
+            next_free: NIL,
         }
     }
 
@@ -86,6 +202,12 @@ impl ReqEntry {
         e.done = Some((s, None));
         e
     }
+}
+
+/// The handle of request slot `i`.
+#[inline(always)]
+pub fn handle(i: usize) -> MPI_Request {
+    REQUEST_DYN | i as c_int
 }
 
 /// The status of a receive that got nothing (MPI_PROC_NULL, a null
@@ -176,38 +298,32 @@ pub fn store_coll(
 /// Registers `e`; gives its handle.
 pub fn add(e: ReqEntry) -> R<MPI_Request> {
     state::with(|st| {
-        let i = match st.free_reqs.pop() {
-            Some(i) => i,
-            None => {
-                st.reqs.push(None);
-                st.reqs.len() - 1
-            }
-        };
-        st.reqs[i] = Some(e);
-        Ok(REQUEST_DYN | i as c_int)
+        let i = st.reqs.reserve()?;
+        Ok(st.reqs.fill(i, e))
     })
 }
 
+/// Takes request `h`'s entry out of its slot, which stays vacant and off
+/// the free list until [`put_back`] or [`release`].
 fn take(h: MPI_Request) -> R<(usize, ReqEntry)> {
-    state::with(|st| {
-        let i = index(h, REQUEST_DYN);
-        match i.and_then(|i| st.reqs.get_mut(i)).and_then(|s| s.take()) {
-            Some(e) => Ok((i.unwrap_or(0), e)),
-            None => err(MPI_ERR_REQUEST, format!("invalid request handle {h:#x}")),
+    state::with(|st| match st.reqs.slot(h) {
+        Some((i, e)) if !matches!(e.op, Pending::Vacant) => {
+            Ok((i, std::mem::replace(e, ReqEntry::vacant())))
         }
+        _ => err(MPI_ERR_REQUEST, format!("invalid request handle {h:#x}")),
     })
 }
 
 fn put_back(i: usize, e: ReqEntry) {
     let _ = state::with(|st| {
-        st.reqs[i] = Some(e);
+        st.reqs.slots[i] = e;
         Ok(())
     });
 }
 
 fn release(i: usize) {
     let _ = state::with(|st| {
-        st.free_reqs.push(i);
+        st.reqs.unreserve(i);
         Ok(())
     });
 }
@@ -246,9 +362,9 @@ fn wait_entry(e: &mut ReqEntry) {
         return;
     }
     let r = match std::mem::replace(&mut e.op, Pending::Done) {
-        Pending::P2p(r) => r.wait().map(Some),
+        Pending::P2p(r) | Pending::Plain(r) => r.wait().map(Some),
         Pending::Coll(r) => r.wait().map(|_| None),
-        Pending::Done => Ok(None),
+        Pending::Done | Pending::Vacant => Ok(None),
     };
     settle(e, r);
 }
@@ -262,7 +378,7 @@ fn test_entry(e: &mut ReqEntry) -> bool {
         return true;
     }
     let r = match &mut e.op {
-        Pending::P2p(r) => match r.test() {
+        Pending::P2p(r) | Pending::Plain(r) => match r.test() {
             Ok(None) => return false,
             Ok(Some(s)) => Ok(Some(s)),
             Err(x) => Err(x),
@@ -272,7 +388,7 @@ fn test_entry(e: &mut ReqEntry) -> bool {
             Ok(true) => Ok(None),
             Err(x) => Err(x),
         },
-        Pending::Done => Ok(None),
+        Pending::Done | Pending::Vacant => Ok(None),
     };
     settle(e, r);
     true
@@ -333,8 +449,166 @@ fn status_at(p: *mut MPI_Status, i: usize) -> *mut MPI_Status {
     unsafe { p.add(i) }
 }
 
+/// Takes the operation of plain request `$h` out of its slot in `$t` (a
+/// `Requests`) into local `$r`, with the slot's index `$i` and the
+/// request's communicator `$comm`; the slot, vacant then, goes on the free
+/// list if `$free`, or else stays reserved. Returns `None` from the
+/// enclosing function if `$h` is not a plain request (the full path then
+/// deals with it).
+///
+/// A macro, not a function: the request (104 bytes) is read straight into
+/// the local that the caller's `wait`/`test` call uses, and nothing that
+/// may unwind comes between. Returned through a tuple or by
+/// `mem::replace`, or live across a call that may unwind (its drop flag),
+/// it was copied once or twice more: 14 to 30 instructions per request.
+macro_rules! take_plain {
+    ($t:expr, $h:expr, $free:expr => $i:ident, $r:ident, $comm:ident) => {
+        let t: &mut Requests = &mut $t;
+        let $i = index($h, REQUEST_DYN)?;
+        let slot = t.slots.get_mut($i)?;
+        let Pending::Plain(op) = &mut slot.op else {
+            return None;
+        };
+        let $comm = slot.comm;
+        // SAFETY: the request is read out here once, and its place is
+        // overwritten right below, without a drop (`ptr::write`), by
+        // `Vacant`: it is moved, never duplicated, and nothing in between
+        // can unwind.
+        #[allow(unused_mut)]
+        let mut $r = unsafe { std::ptr::read(op) };
+        // SAFETY: `slot.op` is a valid, exclusively borrowed place whose
+        // old value was just moved out.
+        unsafe { std::ptr::write(&mut slot.op, Pending::Vacant) };
+        if $free {
+            // `unreserve` without its second bounds check.
+            slot.next_free = t.free;
+            t.free = $i as u32;
+        }
+    };
+}
+
+/// Puts operation `$r`, lent out by [`take_plain!`] (not freed), back
+/// into slot `$i` of `$t`. A macro for the reason `take_plain!` is: passed
+/// to a function, the request was copied twice more.
+macro_rules! put_back_plain {
+    ($t:expr, $i:expr, $r:expr) => {
+        let op = &mut $t.slots[$i].op;
+        debug_assert!(matches!(op, Pending::Vacant));
+        // SAFETY: `op` is a valid, exclusively borrowed place holding
+        // `Vacant` (the slot of a lent-out operation), which owns nothing:
+        // not dropping it leaks nothing.
+        unsafe { std::ptr::write(op, Pending::Plain($r)) };
+    };
+}
+
+/// What a failed plain request gives: its status (a truncated receive's
+/// says what arrived), the error, the request's communicator.
+type Failed = (MPI_Status, MpiErr, MPI_Comm);
+
+#[cold]
+#[inline(never)]
+fn failed(comm: MPI_Comm, x: ibcoll::Error) -> Failed {
+    (failed_status(comm, &x), MpiErr::from(x), comm)
+}
+
+/// Waits for plain request `h` (see [`Pending::Plain`]): its status, its
+/// slot freed (the caller nulls the handle). `None` if `h` is not a plain
+/// request, or the state cannot be borrowed: the full path then deals
+/// with it and says what is wrong. The operation is taken out of its slot
+/// and the state is not borrowed while it is waited for (a user reduction
+/// that a nonblocking collective runs meanwhile may call the library).
+#[inline(always)]
+fn wait_plain(g: &'static Global, h: MPI_Request) -> Option<Result<MPI_Status, Failed>> {
+    let mut t = g.reqs_fast()?;
+    // The slot is freed as `ReqEntry::vacant` leaves one (see
+    // `Pending::Plain`).
+    take_plain!(t, h, true => _i, r, comm);
+    drop(t);
+    Some(match r.wait() {
+        Ok(s) => Ok(status_of(&s)),
+        Err(x) => Err(failed(comm, x)),
+    })
+}
+
+/// Tests plain request `h` once: `None` if it is not one (as
+/// [`wait_plain`]); whether it is complete. A complete operation keeps its
+/// outcome, which [`wait_plain`] then returns at once. The operation is out
+/// of its slot (reserved meanwhile) while it is tested, and the state is
+/// not borrowed.
+#[inline(always)]
+fn probe_plain(g: &'static Global, h: MPI_Request) -> Option<bool> {
+    let mut t = g.reqs_fast()?;
+    take_plain!(t, h, false => i, r, _comm);
+    drop(t);
+    let done = !matches!(r.test(), Ok(None));
+    // Borrows are scoped: after the test the state is borrowed as before
+    // it, that is not at all (the first borrow succeeded), so this one
+    // fails only if the test ran MPI_Finalize (from a user reduction):
+    // then the slot went with the state, and the operation is dropped here
+    // (its drop returns at once: the engine's finalization settled it).
+    let mut t = g.reqs_fast()?;
+    put_back_plain!(t, i, r);
+    Some(done)
+}
+
+/// MPI_Test's [`probe_plain`]: a complete request's status, its slot freed
+/// (the caller nulls the handle), or `Some(None)` while it is incomplete.
+#[inline(always)]
+fn test_plain(g: &'static Global, h: MPI_Request) -> Option<Option<Result<MPI_Status, Failed>>> {
+    let mut t = g.reqs_fast()?;
+    take_plain!(t, h, false => i, r, comm);
+    drop(t);
+    let res = r.test();
+    // As in `probe_plain`.
+    let mut t = g.reqs_fast()?;
+    Some(match res {
+        Ok(None) => {
+            put_back_plain!(t, i, r);
+            None
+        }
+        Ok(Some(s)) => {
+            t.unreserve(i);
+            Some(Ok(status_of(&s)))
+        }
+        Err(x) => {
+            t.unreserve(i);
+            Some(Err(failed(comm, x)))
+        }
+    })
+}
+
+/// A plain request of MPI_Wait or MPI_Test that failed: its status, and
+/// the error reported.
+#[cold]
+#[inline(never)]
+fn plain_failed(func: &str, f: Failed, status: *mut MPI_Status) -> c_int {
+    let (s, x, comm) = f;
+    put_status(status, s);
+    fail(func, comm, x)
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Wait(req: *mut MPI_Request, status: *mut MPI_Status) -> c_int {
+    if !req.is_null() {
+        // SAFETY: not null: the caller's request (MPI's contract).
+        let r = unsafe { &mut *req };
+        if let Some(res) = G.get().and_then(|g| wait_plain(g, *r)) {
+            *r = MPI_REQUEST_NULL;
+            return match res {
+                Ok(s) => {
+                    put_status(status, s);
+                    MPI_SUCCESS
+                }
+                Err(f) => plain_failed("MPI_Wait", f, status),
+            };
+        }
+    }
+    wait_slow(req, status)
+}
+
+/// MPI_Wait of anything but a plain request, and its errors.
+#[inline(never)]
+fn wait_slow(req: *mut MPI_Request, status: *mut MPI_Status) -> c_int {
     let r = match req_ptr(req) {
         Ok(r) => r,
         Err(e) => return fail("MPI_Wait", MPI_COMM_WORLD, e),
@@ -362,6 +636,34 @@ pub unsafe extern "C" fn MPI_Test(
     flag: *mut c_int,
     status: *mut MPI_Status,
 ) -> c_int {
+    if !req.is_null() && !flag.is_null() {
+        // SAFETY: not null: the caller's request and flag (MPI's contract).
+        let (r, f) = unsafe { (&mut *req, &mut *flag) };
+        match G.get().and_then(|g| test_plain(g, *r)) {
+            Some(None) => {
+                *f = 0;
+                return MPI_SUCCESS;
+            }
+            Some(Some(res)) => {
+                *f = 1;
+                *r = MPI_REQUEST_NULL;
+                return match res {
+                    Ok(s) => {
+                        put_status(status, s);
+                        MPI_SUCCESS
+                    }
+                    Err(x) => plain_failed("MPI_Test", x, status),
+                };
+            }
+            None => {}
+        }
+    }
+    test_slow(req, flag, status)
+}
+
+/// MPI_Test of anything but a plain request, and its errors.
+#[inline(never)]
+fn test_slow(req: *mut MPI_Request, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
     let r = match req_ptr(req) {
         Ok(r) => r,
         Err(e) => return fail("MPI_Test", MPI_COMM_WORLD, e),
@@ -395,18 +697,35 @@ pub unsafe extern "C" fn MPI_Test(
     }
 }
 
-/// Completes every request of `rs` that `done` says to (all of them
-/// for Waitall): statuses, handles set to null, the first error.
+/// A plain request of Waitall/Testall that failed: its status with the
+/// error class, kept as the call's error if it is the first.
+#[cold]
+#[inline(never)]
+fn plain_failed_in(f: Failed, status: *mut MPI_Status, first: &mut Option<(MpiErr, MPI_Comm)>) {
+    let (mut s, x, comm) = f;
+    s.MPI_ERROR = x.class;
+    first.get_or_insert((x, comm));
+    put_status(status, s);
+}
+
+/// Completes every request of `rs` (Waitall; Testall only if every one
+/// is complete): statuses, handles set to null, the first error.
 unsafe fn complete_all(
-    func: &str,
     rs: &mut [MPI_Request],
     statuses: *mut MPI_Status,
     block: bool,
 ) -> Result<bool, (MpiErr, MPI_Comm)> {
+    let g = G.get();
     if !block {
         // Testall completes nothing unless all are complete.
         for &h in rs.iter() {
             if h == MPI_REQUEST_NULL {
+                continue;
+            }
+            if let Some(done) = g.and_then(|g| probe_plain(g, h)) {
+                if !done {
+                    return Ok(false);
+                }
                 continue;
             }
             let (i, mut e) = take(h).map_err(|x| (x, MPI_COMM_WORLD))?;
@@ -419,9 +738,41 @@ unsafe fn complete_all(
     }
     let mut first: Option<(MpiErr, MPI_Comm)> = None;
     let ignore = statuses.is_null() || statuses as usize == MPI_STATUS_IGNORE;
+    // One loop each way: with the statuses ignored, nothing of them is
+    // computed or tested per request.
+    if ignore {
+        wait_each(g, rs, |_| std::ptr::null_mut(), &mut first);
+    } else {
+        // SAFETY: an array of statuses as long as the request array (MPI's
+        // contract).
+        wait_each(g, rs, |k| unsafe { statuses.add(k) }, &mut first);
+    }
+    match first {
+        Some((x, c)) => Err((in_status(x, ignore), c)),
+        None => Ok(true),
+    }
+}
+
+/// Waits for every request of `rs` in order; the status of `rs[k]` goes
+/// to `status(k)` (null: nowhere), the first error to `first`.
+#[inline(always)]
+fn wait_each(
+    g: Option<&'static Global>,
+    rs: &mut [MPI_Request],
+    status: impl Fn(usize) -> *mut MPI_Status,
+    first: &mut Option<(MpiErr, MPI_Comm)>,
+) {
     for (k, h) in rs.iter_mut().enumerate() {
         if *h == MPI_REQUEST_NULL {
-            put_status(status_at(statuses, k), empty_status());
+            put_status(status(k), empty_status());
+            continue;
+        }
+        if let Some(res) = g.and_then(|g| wait_plain(g, *h)) {
+            *h = MPI_REQUEST_NULL;
+            match res {
+                Ok(s) => put_status(status(k), s),
+                Err(f) => plain_failed_in(f, status(k), first),
+            }
             continue;
         }
         let (i, mut e) = match take(*h) {
@@ -437,19 +788,19 @@ unsafe fn complete_all(
             s.MPI_ERROR = x.class;
             first.get_or_insert((x, comm));
         }
-        put_status(status_at(statuses, k), s);
+        put_status(status(k), s);
     }
-    match first {
-        Some((mut x, c)) => {
-            if !ignore {
-                x.msg = format!("{} (class {} in the request's status)", x.msg, x.class);
-                x.class = MPI_ERR_IN_STATUS;
-            }
-            let _ = func;
-            Err((x, c))
-        }
-        None => Ok(true),
+}
+
+/// The error of a call with statuses: MPI_ERR_IN_STATUS when they are
+/// not ignored (each request's class is in its status).
+#[cold]
+fn in_status(mut x: MpiErr, ignore: bool) -> MpiErr {
+    if !ignore {
+        x.msg = format!("{} (class {} in the request's status)", x.msg, x.class);
+        x.class = MPI_ERR_IN_STATUS;
     }
+    x
 }
 
 #[no_mangle]
@@ -464,7 +815,7 @@ pub unsafe extern "C" fn MPI_Waitall(
         Err(e) => return fail("MPI_Waitall", MPI_COMM_WORLD, e),
     };
     // SAFETY: the statuses array is as long as the requests (MPI's contract).
-    match unsafe { complete_all("MPI_Waitall", rs, statuses, true) } {
+    match unsafe { complete_all(rs, statuses, true) } {
         Ok(_) => MPI_SUCCESS,
         Err((x, c)) => fail("MPI_Waitall", c, x),
     }
@@ -490,7 +841,7 @@ pub unsafe extern "C" fn MPI_Testall(
         );
     }
     // SAFETY: the statuses array is as long as the requests (MPI's contract).
-    match unsafe { complete_all("MPI_Testall", rs, statuses, false) } {
+    match unsafe { complete_all(rs, statuses, false) } {
         Ok(done) => {
             let _ = put(flag, done as c_int, "flag");
             MPI_SUCCESS
@@ -502,36 +853,50 @@ pub unsafe extern "C" fn MPI_Testall(
     }
 }
 
-/// Tests every active request of `rs` once; the indices of those
-/// complete (at most `limit`), whether any was active.
-fn scan(rs: &[MPI_Request], limit: usize, found: &mut Vec<usize>) -> R<bool> {
+/// Tests every active request of `rs` once, in order, calling `found`
+/// with the index of each complete one until it returns false; whether
+/// any was active.
+fn scan(rs: &[MPI_Request], mut found: impl FnMut(usize) -> bool) -> R<bool> {
+    let g = G.get();
     let mut active = false;
     for (k, &h) in rs.iter().enumerate() {
         if h == MPI_REQUEST_NULL {
             continue;
         }
-        let (i, mut e) = take(h)?;
-        if e.inactive() {
-            put_back(i, e);
-            continue;
-        }
-        active = true;
-        let ok = test_entry(&mut e);
-        put_back(i, e);
-        if ok {
-            found.push(k);
-            if found.len() >= limit {
-                break;
+        let ok = match g.and_then(|g| probe_plain(g, h)) {
+            Some(ok) => ok,
+            None => {
+                let (i, mut e) = take(h)?;
+                if e.inactive() {
+                    put_back(i, e);
+                    continue;
+                }
+                let ok = test_entry(&mut e);
+                put_back(i, e);
+                ok
             }
+        };
+        active = true;
+        if ok && !found(k) {
+            break;
         }
     }
     Ok(active)
 }
 
-/// Takes the outcome of completed request `rs[k]`.
-fn finish_at(rs: &mut [MPI_Request], k: usize) -> R<(MPI_Status, Option<MpiErr>, MPI_Comm)> {
+/// Takes the outcome of completed request `rs[k]`: its status and, if it
+/// failed, the error and the request's communicator.
+fn finish_at(rs: &mut [MPI_Request], k: usize) -> R<(MPI_Status, Option<(MpiErr, MPI_Comm)>)> {
+    if let Some(res) = G.get().and_then(|g| wait_plain(g, rs[k])) {
+        rs[k] = MPI_REQUEST_NULL;
+        return Ok(match res {
+            Ok(s) => (s, None),
+            Err((s, x, comm)) => (s, Some((x, comm))),
+        });
+    }
     let (i, e) = take(rs[k])?;
-    Ok(outcome(i, e, &mut rs[k]))
+    let (s, x, comm) = outcome(i, e, &mut rs[k]);
+    Ok((s, x.map(|x| (x, comm))))
 }
 
 unsafe fn any(
@@ -543,37 +908,41 @@ unsafe fn any(
     status: *mut MPI_Status,
     block: bool,
 ) -> c_int {
-    let mut found = Vec::new();
-    let r: R<Option<MPI_Comm>> = (|| {
+    let r: R<()> = (|| {
         // SAFETY: an array of `count` requests (MPI's contract).
         let rs = unsafe { reqs(rs, count) }?;
         loop {
-            found.clear();
-            let active = scan(rs, 1, &mut found)?;
+            let mut hit = None;
+            let active = scan(rs, |k| {
+                hit = Some(k);
+                false
+            })?;
             if !active {
                 put(index_out, MPI_UNDEFINED, "index")?;
                 if !flag.is_null() {
                     put(flag, 1, "flag")?;
                 }
                 put_status(status, empty_status());
-                return Ok(None);
+                return Ok(());
             }
-            if let Some(&k) = found.first() {
-                let (s, x, comm) = finish_at(rs, k)?;
+            if let Some(k) = hit {
+                let (s, x) = finish_at(rs, k)?;
                 put(index_out, k as c_int, "index")?;
                 if !flag.is_null() {
                     put(flag, 1, "flag")?;
                 }
                 put_status(status, s);
                 return match x {
-                    Some(x) => Err(MpiErr::new(x.class, format!("{} (comm {comm:#x})", x.msg))),
-                    None => Ok(Some(comm)),
+                    Some((x, comm)) => {
+                        Err(MpiErr::new(x.class, format!("{} (comm {comm:#x})", x.msg)))
+                    }
+                    None => Ok(()),
                 };
             }
             if !block {
                 put(flag, 0, "flag")?;
                 put(index_out, MPI_UNDEFINED, "index")?;
-                return Ok(None);
+                return Ok(());
             }
         }
     })();
@@ -638,15 +1007,18 @@ unsafe fn some(
         let mut found = Vec::new();
         loop {
             found.clear();
-            let active = scan(rs, usize::MAX, &mut found)?;
+            let active = scan(rs, |k| {
+                found.push(k);
+                true
+            })?;
             if !active {
                 return put(outcount, MPI_UNDEFINED, "outcount");
             }
             if !found.is_empty() || !block {
                 let mut first = None;
                 for (j, &k) in found.iter().enumerate() {
-                    let (mut s, x, _) = finish_at(rs, k)?;
-                    if let Some(x) = x {
+                    let (mut s, x) = finish_at(rs, k)?;
+                    if let Some((x, _)) = x {
                         s.MPI_ERROR = x.class;
                         first.get_or_insert(x);
                     }
@@ -741,7 +1113,7 @@ pub unsafe extern "C" fn MPI_Request_free(req: *mut MPI_Request) -> c_int {
         if !done {
             // Finished later: at MPI_Finalize (or dropped, which waits).
             state::with(|st| {
-                st.detached.push(e);
+                st.reqs.detached.push(e);
                 Ok(())
             })?;
         }
@@ -779,7 +1151,7 @@ pub unsafe extern "C" fn MPI_Cancel(req: *mut MPI_Request) -> c_int {
             return err(MPI_ERR_REQUEST, "request is MPI_REQUEST_NULL");
         }
         let (i, mut e) = take(*r)?;
-        if let Pending::P2p(p) = &mut e.op {
+        if let Pending::P2p(p) | Pending::Plain(p) = &mut e.op {
             if e.done.is_none() && p.cancel() {
                 let mut s = empty_status();
                 s.set_count(0, true);
@@ -808,11 +1180,13 @@ pub unsafe extern "C" fn MPI_Test_cancelled(status: *const MPI_Status, flag: *mu
 
 /// Finishes every request still pending (MPI_Finalize).
 pub fn finish_all(st: &mut state::State) {
-    for e in st.reqs.iter_mut().filter_map(|e| e.take()) {
-        let mut e = e;
-        wait_entry(&mut e);
+    for slot in st.reqs.slots.iter_mut() {
+        if !matches!(slot.op, Pending::Vacant) {
+            let mut e = std::mem::replace(slot, ReqEntry::vacant());
+            wait_entry(&mut e);
+        }
     }
-    for mut e in st.detached.drain(..) {
+    for mut e in st.reqs.detached.drain(..) {
         wait_entry(&mut e);
     }
 }

@@ -6,22 +6,24 @@
 //! paid on every MPI call. The static costs one compare of the caller's
 //! thread pointer (a register read) with the owner's.
 //!
-//! Every access is a short borrow that never spans a call into ibcoll:
-//! entries are `Rc`s cloned out, or requests taken out of their slot while
-//! they are waited for, so that a user reduction may call back in.
+//! Every access is a short borrow that never spans a call into ibcoll
+//! that may run user code: entries are `Rc`s cloned out, or requests'
+//! operations taken out of their slot while they are waited for or tested,
+//! so that a user reduction may call back in (posting a nonblocking send
+//! or receive runs none: the fast paths hold the state meanwhile).
 
-use std::cell::{OnceCell, Ref, RefCell};
+use std::cell::{OnceCell, Ref, RefCell, RefMut};
 use std::os::raw::c_int;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 use ibcoll::ops::ByteReduce;
-use ibcoll::Comm;
+use ibcoll::{Comm, Scope};
 
 use crate::abi::*;
 use crate::datatype::TypeInfo;
 use crate::error::{err, R};
-use crate::requests::ReqEntry;
+use crate::requests::Requests;
 
 /// Not yet initialized, running, finalized.
 pub static PHASE: AtomicU8 = AtomicU8::new(0);
@@ -46,11 +48,12 @@ pub struct State {
     pub groups: Vec<Option<Rc<[usize]>>>,
     pub types: Vec<Option<Rc<TypeInfo>>>,
     pub ops: Vec<Option<UserOp>>,
-    pub reqs: Vec<Option<ReqEntry>>,
-    pub free_reqs: Vec<usize>,
-    /// Requests freed while pending (`MPI_Request_free`): finished at
-    /// `MPI_Finalize` if not before.
-    pub detached: Vec<ReqEntry>,
+    pub reqs: Requests,
+    /// ibcoll's static scope, where every nonblocking operation of this
+    /// library is started: the owning thread's (`ibcoll::static_scope` is a
+    /// thread-local, a `__tls_get_addr` call per access in a shared
+    /// library), kept here by `install`, which runs on that thread.
+    pub scope: &'static Scope<'static, 'static>,
     /// Reduction kernels by (operation, element kind), made once.
     pub kernels: std::collections::HashMap<(c_int, c_int), ByteReduce>,
     /// Counts and displacements in bytes for the v-collectives (reused:
@@ -74,17 +77,19 @@ pub struct Global {
 /// Slots of [`Global::builtin`]: 16 operations by 32 element kinds.
 pub const BUILTIN_SLOTS: usize = 16 * 32;
 
-// SAFETY: the `RefCell`, the `OnceCell`s (and the `Rc`s inside, which
-// are not `Send`)
-// are only reached through `Global::get`, which hands them out only to
-// the thread whose thread pointer is `owner`: the one that called
+// SAFETY: the `RefCell`, the `OnceCell`s (and the `Rc`s and the
+// reference to the owner's static scope inside, which are neither `Send`
+// nor `Sync`) are only reached through `Global::get`, which hands them out
+// only to the thread whose thread pointer is `owner`: the one that called
 // `MPI_Init` and won [`claim`]'s compare-exchange (one thread ever does;
 // `owner` never changes after). MPI_THREAD_FUNNELED: the program promises
 // that only it calls MPI; any other thread gets `None` and an MPI error,
-// never a reference. A thread pointer is unique among live threads; should the
-// owner exit and a new thread get its address, the two never run at the
-// same time, so every access is still from one thread at a time, in
-// order (thread exit and creation synchronize through the kernel).
+// never a reference. A thread pointer is unique among live threads; should
+// the owner exit and a new thread get its address, the two never run at
+// the same time, so every access is still from one thread at a time, in
+// order (thread exit and creation synchronize through the kernel); the
+// static scope is leaked by ibcoll, never freed, so its reference stays
+// valid after its thread is gone.
 unsafe impl Sync for Global {}
 
 pub static G: Global = Global {
@@ -233,9 +238,8 @@ pub fn install(world: Comm) {
         groups: Vec::new(),
         types: Vec::new(),
         ops: Vec::new(),
-        reqs: Vec::new(),
-        free_reqs: Vec::new(),
-        detached: Vec::new(),
+        reqs: Requests::default(),
+        scope: ibcoll::static_scope(),
         kernels: Default::default(),
         scratch: Default::default(),
     };
@@ -253,6 +257,16 @@ pub fn take() -> Option<State> {
         WORLD_RANK.store(usize::MAX, Ordering::Relaxed);
     }
     st
+}
+
+/// Index in `State::comms` of communicator handle `h`.
+#[inline(always)]
+fn comm_index(h: MPI_Comm) -> Option<usize> {
+    match h {
+        MPI_COMM_WORLD => Some(0),
+        MPI_COMM_SELF => Some(1),
+        _ => index(h, COMM_DYN),
+    }
 }
 
 /// Table index of handle `h` of kind `kind`.
@@ -278,12 +292,23 @@ impl State {
 
     #[inline(always)]
     pub fn comm_slot(&self, h: MPI_Comm) -> Option<&CommEntry> {
-        let i = match h {
-            MPI_COMM_WORLD => 0,
-            MPI_COMM_SELF => 1,
-            _ => index(h, COMM_DYN)?,
+        self.comms.get(comm_index(h)?)?.as_ref()
+    }
+
+    /// The communicator behind `h`, the static scope and the request
+    /// table at once (disjoint borrows of the state): what a nonblocking
+    /// call's fast path needs to start its operation and register it.
+    #[inline(always)]
+    pub fn poster(
+        &mut self,
+        h: MPI_Comm,
+    ) -> Option<(&Comm, &'static Scope<'static, 'static>, &mut Requests)> {
+        let c: &Comm = if h == MPI_COMM_WORLD {
+            &self.world
+        } else {
+            &self.comms.get(comm_index(h)?)?.as_ref()?.comm
         };
-        self.comms.get(i)?.as_ref()
+        Some((c, self.scope, &mut self.reqs))
     }
 
     pub fn add_comm(&mut self, c: Comm, errh: MPI_Errhandler) -> MPI_Comm {
@@ -350,6 +375,23 @@ pub fn comm_fast(h: MPI_Comm) -> Option<Ref<'static, Comm>> {
 }
 
 impl Global {
+    /// The running state, borrowed mutably: the nonblocking calls' fast
+    /// paths, on the `&Global` that [`Global::get`] returned only. `None`
+    /// while it is borrowed or the library is not running (the caller then
+    /// takes its slow path, which says so).
+    #[inline(always)]
+    pub fn state_fast(&'static self) -> Option<RefMut<'static, State>> {
+        let s = self.state.try_borrow_mut().ok()?;
+        RefMut::filter_map(s, |s| s.as_mut()).ok()
+    }
+
+    /// [`Global::state_fast`]'s request table alone.
+    #[inline(always)]
+    pub fn reqs_fast(&'static self) -> Option<RefMut<'static, Requests>> {
+        let s = self.state.try_borrow_mut().ok()?;
+        RefMut::filter_map(s, |s| s.as_mut().map(|s| &mut s.reqs)).ok()
+    }
+
     /// [`comm_fast`] for a caller that has the cells already (one owner
     /// check for several look-ups): on the `&Global` that [`Global::get`]
     /// returned only, like every access to the cells (see `unsafe impl
