@@ -436,6 +436,27 @@ impl CompletionQueue {
         Ok(rc as usize)
     }
 
+    /// `ibv_resize_cq` to at least `cqe` entries (at most the device's
+    /// `max_cqe`): a CQ shared by queue pairs made over time grows with
+    /// them instead of being sized for the largest job up front.
+    pub fn resize(&self, cqe: u32) -> Result<()> {
+        let max = self.ctx.attr().max_cqe.max(1);
+        if cqe > max {
+            return Err(Error::invalid(
+                "ibv_resize_cq",
+                format!("{cqe} entries wanted, the device allows {max}"),
+                self.ctx.dev(),
+            ));
+        }
+        // SAFETY: the CQ is alive; the provider keeps the completions that
+        // are in it (the new size is at least the current one here).
+        let rc = unsafe { ibv_resize_cq(self.cq, cqe as i32) };
+        if rc != 0 {
+            return Err(Error::verbs("ibv_resize_cq", rc.abs(), self.ctx.dev()));
+        }
+        Ok(())
+    }
+
     /// Arm the CQ: the channel gets an event for the next completion.
     pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
         // SAFETY: the CQ is alive.

@@ -736,3 +736,30 @@ fn ud_endpoint_datagrams_and_replies() {
     }
     assert_eq!(extra, 0);
 }
+
+/// The shared RC CQ of a process grows as its queue pairs are made; a
+/// completion already in it when it grows must survive.
+#[test]
+fn cq_resize_grows_and_keeps_completions() {
+    let Some((mut a, b)) = pair("cq_resize_grows_and_keeps_completions", RcConfig::default())
+    else {
+        return;
+    };
+    let mut buf = RegisteredBuffer::new(&b.pd, 64, Access::LOCAL_WRITE).unwrap();
+    // SAFETY: the buffer outlives the receive (it is read after the
+    // receive's completion and dropped after the QP).
+    unsafe { b.ep.post_recvs(&[(7, buf.sge(0, 64).unwrap())]).unwrap() };
+    a.ep.send_inline(1, b"grow", SendOp::Send, true).unwrap();
+    // The send completes once the receiver acked, i.e. its receive
+    // completion is queued: it is in the CQ being resized.
+    assert!(wait_one(&a.scq).is_success());
+    let max = b.port.context.attr().max_cqe;
+    let want = (b.rcq.capacity() * 4).min(max);
+    b.rcq.resize(want).unwrap();
+    assert!(b.rcq.capacity() >= want);
+    let wc = wait_one(&b.rcq);
+    assert!(wc.is_success(), "{wc:?}");
+    assert_eq!((wc.wr_id(), wc.byte_len()), (7, 4));
+    assert_eq!(&buf.as_mut_slice()[..4], b"grow");
+    assert!(b.rcq.resize(max.saturating_add(1)).is_err());
+}

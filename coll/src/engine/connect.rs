@@ -136,9 +136,9 @@ impl Engine {
             _ => None,
         };
         let dialing = matches!(&chan, Channel::Connecting(c) if c.dial.is_some());
-        // An rdma channel's completions arrive in memory: polled.
-        let polled = matches!(&chan, Channel::Rdma(_));
-        let slot = self.peers.add(peer, chan, polled);
+        // An rdma channel's completions come through the shared CQ: not
+        // polled per channel.
+        let slot = self.peers.add(peer, chan, false);
         if let Some(net) = &mut self.net {
             if let Some(fd) = dial_fd {
                 net.watch(fd, Source::Peer(peer));

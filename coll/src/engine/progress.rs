@@ -77,6 +77,7 @@ impl Engine {
             }
         }
         if self.rdma.is_some() {
+            n += self.progress_rdma();
             n += self.progress_rdma_cm();
         }
         if !self.st.actions.is_empty() {
@@ -419,6 +420,7 @@ impl Engine {
         watched.sort_unstable();
         watched.dedup();
         let mut dead: Vec<(usize, String)> = Vec::new();
+        let mut rdma_died = false;
         for p in watched {
             let Some(slot) = self.peers.slot(p) else {
                 continue;
@@ -428,6 +430,7 @@ impl Engine {
                 continue;
             }
             if let Some(reason) = chan.check_alive() {
+                rdma_died |= matches!(chan, Channel::Rdma(_));
                 dead.push((p, reason));
             }
         }
@@ -437,9 +440,13 @@ impl Engine {
         // Take what they sent before they died (records, a goodbye): a
         // local peer's last records may still wait in this rank's receive
         // queue (a peer that sent and then exited must not look as if it
-        // died before sending), the rest in the channel itself.
+        // died before sending), a remote one's in the shared completion
+        // queue, and the rest in the channel itself.
         if let Some(ib) = &mut self.shm_inbox {
             while ib.poll(&mut self.peers, &mut self.st) > 0 {}
+        }
+        if rdma_died {
+            while self.progress_rdma() > 0 {}
         }
         for (p, reason) in dead {
             if let Some(c) = self.peers.get_mut(p).map(|x| &mut x.chan) {

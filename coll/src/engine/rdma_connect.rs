@@ -93,6 +93,7 @@ impl Engine {
         let msg = r.msg(Kind::Req, peer, ch.local_info());
         r.stats.requested += 1;
         r.start(peer, true, msg, dst);
+        r.bind_qp(ch.qpn(), peer);
         self.rdma_peers.push(peer);
         Channel::Rdma(Box::new(ch))
     }
@@ -195,7 +196,8 @@ impl Engine {
                         let rep = r.msg(Kind::Rep, peer, c.local_info());
                         r.stats.answered += 1;
                         r.start(peer, false, rep, m.ud);
-                        self.peers.add(peer, Channel::Rdma(Box::new(c)), true);
+                        r.bind_qp(c.qpn(), peer);
+                        self.peers.add(peer, Channel::Rdma(Box::new(c)), false);
                         self.rdma_peers.push(peer);
                     }
                     Err(e) => {

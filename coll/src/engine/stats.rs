@@ -79,7 +79,7 @@ impl Engine {
                 let c = &r.stats;
                 format!(
                     "rdma qps rc={rdma} ud=1, handshakes={} (requested {}, answered {}, failed {}, resent {}, \
-                     first message avg {} us max {} us); ",
+                     first message avg {} us max {} us); rc cq entries={} (one for all qps); ",
                     c.completed,
                     c.requested,
                     c.answered,
@@ -87,6 +87,7 @@ impl Engine {
                     c.resent,
                     c.total_us / c.timed.max(1),
                     c.max_us,
+                    r.ctx.cq.capacity(),
                 )
             }
             None => String::new(),

@@ -1,6 +1,7 @@
 //! The channel to a peer on another node over verbs: one RC queue pair per
 //! peer (`ibcoll-rdma`'s [`RcEndpoint`]), all on one device, protection
-//! domain, registration cache and completion channel per process.
+//! domain, registration cache, completion queue and completion channel per
+//! process.
 //!
 //! Wire format: every SEND carries an 8-byte prefix
 //!
@@ -36,9 +37,13 @@
 //! count (`IBCOLL_RDMA_TIMEOUT`, `IBCOLL_RDMA_RETRY_CNT`) turn a dead peer
 //! into "transport retry counter exceeded".
 //!
-//! Blocking waits arm every CQ and sleep in `poll(2)` on the completion
-//! channel's fd together with the tcp sockets.
+//! Completions: every RC queue pair of the process shares one CQ
+//! (`RdmaCtx::cq`); `Engine::progress_rdma` polls it once per pass and
+//! dispatches by QP number. Blocking waits arm that CQ and the UD one and
+//! sleep in `poll(2)` on the completion channel's fd together with the tcp
+//! sockets.
 
+use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -94,6 +99,13 @@ pub(crate) struct RdmaCtx {
     pub send_cache: RegCache,
     pub cfg: RdmaConfig,
     pub peer_timeout: Duration,
+    /// The one completion queue of every RC queue pair of the process
+    /// (sends and receives): a progress pass polls it once, whatever the
+    /// number of peers, and a blocking wait arms only it.
+    pub cq: Arc<CompletionQueue>,
+    /// Entries the queue pairs made so far can have outstanding at once;
+    /// the CQ is grown to hold them (an overrun CQ is fatal).
+    pub cq_need: Cell<u32>,
 }
 
 impl RdmaCtx {
@@ -220,6 +232,12 @@ pub(crate) struct RdmaNet {
     /// Handshake datagrams of this pass (kept for its allocation).
     pub inbox: Vec<super::rdma_cm::Msg>,
     pub stats: CmStats,
+    /// The peer of each RC queue pair's number, to dispatch the shared
+    /// CQ's completions (filled when the QP is made).
+    pub qp_peer: HashMap<u32, usize>,
+    pub wcs: Box<[WorkCompletion; WC_BATCH]>,
+    /// Peers whose channel took completions in this pass (each once).
+    pub touched: Vec<usize>,
     /// What every handshake datagram says of this rank.
     pub job: u64,
     pub rank: usize,
@@ -257,7 +275,11 @@ impl RdmaNet {
             CompletionQueue::new(&port.context, ucfg.send_bufs + ucfg.recv_bufs, Some(&comp))
                 .map_err(|e| e.to_string())?;
         let ud = UdEndpoint::new(&port, &pd, Some(&ud_cq), ucfg).map_err(|e| e.to_string())?;
+        let cq = CompletionQueue::new(&port.context, RC_CQ_INITIAL, Some(&comp))
+            .map_err(|e| e.to_string())?;
         let ctx = Rc::new(RdmaCtx {
+            cq,
+            cq_need: Cell::new(0),
             port,
             pd,
             comp,
@@ -277,18 +299,39 @@ impl RdmaNet {
             rank,
             pid: std::process::id() as i32,
             host,
+            qp_peer: HashMap::new(),
+            wcs: Box::new(std::array::from_fn(|_| WorkCompletion::default())),
+            touched: Vec::new(),
         })
+    }
+
+    /// Completions of `qpn` belong to `peer` from now on.
+    pub fn bind_qp(&mut self, qpn: u32, peer: usize) {
+        self.qp_peer.insert(qpn, peer);
     }
 }
 
-fn make_ep(ctx: &Rc<RdmaCtx>) -> Result<(RcEndpoint, Arc<CompletionQueue>), String> {
+/// Entries of the shared RC completion queue before any queue pair needs
+/// more (it grows with the connections, `RdmaCtx::cq_need`).
+const RC_CQ_INITIAL: u32 = 1024;
+
+/// Completions taken from the shared CQ per progress pass.
+const WC_BATCH: usize = 32;
+
+fn make_ep(ctx: &Rc<RdmaCtx>) -> Result<RcEndpoint, String> {
     let c = &ctx.cfg;
     let max_wr = ctx.port.context.attr().max_qp_wr.max(16);
     let send_wr = (2 * c.recv_bufs as u32 + 64).min(max_wr);
     let recv_wr = (c.recv_bufs as u32).min(max_wr);
-    let cqe = send_wr + recv_wr + 16;
-    let cq =
-        CompletionQueue::new(&ctx.port.context, cqe, Some(&ctx.comp)).map_err(|e| e.to_string())?;
+    let need = ctx.cq_need.get() + send_wr + recv_wr;
+    let cq = &ctx.cq;
+    if need > cq.capacity() {
+        let want = need
+            .max(cq.capacity().saturating_mul(2))
+            .min(ctx.port.context.attr().max_cqe.max(need));
+        cq.resize(want)
+            .map_err(|e| format!("grow the completion queue to {want} entries: {e}"))?;
+    }
     let mut rc = RcConfig {
         caps: QpCaps {
             max_send_wr: send_wr,
@@ -302,15 +345,18 @@ fn make_ep(ctx: &Rc<RdmaCtx>) -> Result<(RcEndpoint, Arc<CompletionQueue>), Stri
         rnr_retry: c.rnr_retry,
         ..RcConfig::default()
     };
-    let ep = match RcEndpoint::new(&ctx.port, &ctx.pd, &cq, &cq, rc) {
+    let ep = match RcEndpoint::new(&ctx.port, &ctx.pd, cq, cq, rc) {
         Ok(ep) => ep,
         Err(_) => {
             // The device may not inline that much.
             rc.caps.max_inline_data = 64;
-            RcEndpoint::new(&ctx.port, &ctx.pd, &cq, &cq, rc).map_err(|e| e.to_string())?
+            RcEndpoint::new(&ctx.port, &ctx.pd, cq, cq, rc).map_err(|e| e.to_string())?
         }
     };
-    Ok((ep, cq))
+    let caps = ep.qp().caps();
+    ctx.cq_need
+        .set(ctx.cq_need.get() + caps.max_send_wr + caps.max_recv_wr);
+    Ok(ep)
 }
 
 /// A rendezvous transfer in flight (RDMA read or write).
@@ -345,9 +391,8 @@ enum Pend {
 }
 
 pub(crate) struct RdmaChannel {
-    // Drop order: the QP before the CQ and the buffers it uses.
+    // Drop order: the QP before the buffers it uses.
     ep: RcEndpoint,
-    cq: Arc<CompletionQueue>,
     pool: RecvPool,
     sbuf: RegisteredBuffer,
     ctx: Rc<RdmaCtx>,
@@ -392,7 +437,8 @@ pub(crate) struct RdmaChannel {
     /// The peer's QP is connected too: records may be sent. Until then
     /// `try_send` finds no room, so sends wait in order in the engine.
     ready: bool,
-    wcs: Box<[WorkCompletion; 16]>,
+    /// Listed in `RdmaNet::touched` for this pass.
+    pub touched: bool,
 }
 
 /// How many consumed receive slots to repost at once. Slots held back here
@@ -429,7 +475,7 @@ impl RdmaChannel {
         peer_rank: usize,
         peer_pid: Option<i32>,
     ) -> Result<RdmaChannel, String> {
-        let (ep, cq) = make_ep(&ctx)?;
+        let ep = make_ep(&ctx)?;
         let c = ctx.cfg.clone();
         let slot = (c.eager_limit.max(8) + MSG_OVERHEAD).div_ceil(64) * 64;
         let nrecv = (ep.qp().caps().max_recv_wr as usize)
@@ -446,7 +492,6 @@ impl RdmaChannel {
         let probe_every = (ctx.peer_timeout / 4).max(Duration::from_millis(50));
         Ok(RdmaChannel {
             ep,
-            cq,
             pool,
             sbuf,
             eager_limit: c.eager_limit,
@@ -476,7 +521,7 @@ impl RdmaChannel {
             bye_cause: 0,
             connected: false,
             ready: false,
-            wcs: Box::default(),
+            touched: false,
             ctx,
         })
     }
@@ -520,11 +565,9 @@ impl RdmaChannel {
         self.ready = true;
     }
 
-    /// Arms the CQ so the next completion raises an event on [`fd`](Self::fd).
-    pub fn arm(&mut self) {
-        if let Err(e) = self.cq.req_notify(false) {
-            self.fail(format!("cannot arm the completion queue: {e}"));
-        }
+    /// This channel's queue pair number (its completions carry it).
+    pub fn qpn(&self) -> u32 {
+        self.ep.qp().qpn()
     }
 
     /// True while work waits for credits or completions.
@@ -948,40 +991,34 @@ impl RdmaChannel {
         None
     }
 
+    /// One completion of this channel's QP, taken from the shared CQ.
     #[inline]
-    pub fn poll(&mut self, peer: usize, st: &mut State) -> usize {
+    pub fn on_wc(&mut self, peer: usize, st: &mut State, wc: &WorkCompletion) {
         if self.health != Health::Open || !self.connected {
-            return 0;
+            // Flushed after a failure (or stale): the channel is done.
+            return;
         }
-        let k = match self.cq.poll(&mut self.wcs[..]) {
-            Ok(k) => k,
-            Err(e) => {
-                self.fail(format!("polling the CQ for {}: {e}", self.peer_desc()));
-                return 1;
-            }
-        };
-        let mut n = 0;
-        for i in 0..k {
-            let wc = self.wcs[i].clone();
-            n += 1;
-            if let Err(e) = self.on_completion(peer, st, &wc) {
-                self.fail(e);
-                return n;
-            }
-            if self.health != Health::Open {
-                return n;
-            }
+        if let Err(e) = self.on_completion(peer, st, wc) {
+            self.fail(e);
+            return;
         }
-        if k > 0 && !self.ready {
+        if !self.ready {
             // Only a connected peer can have sent (or acked) anything: its
             // RDY may still be on the way, but it is ready.
             self.ready = true;
         }
-        if k > 0 {
-            // No clock read here: it can cost microseconds (emulated
-            // clocksources); check_alive turns the flag into a time.
-            self.heard = true;
+        // No clock read here: it can cost microseconds (emulated
+        // clocksources); check_alive turns the flag into a time.
+        self.heard = true;
+    }
+
+    /// After this pass's completions: repost consumed buffers, send what
+    /// waited for credits or room, return credits.
+    pub fn service(&mut self) -> usize {
+        if self.health != Health::Open || !self.connected {
+            return 0;
         }
+        let mut n = 0;
         if self.consumed.len() >= self.repost_batch {
             // SAFETY: these slots' data has been consumed (handed to the
             // engine, which copies what it keeps); the pool outlives the QP.
@@ -1144,16 +1181,69 @@ impl Engine {
         if let Some(r) = &self.rdma {
             // Handshake datagrams wake a blocked rank too.
             let _ = r.ud_cq.req_notify(false);
-        }
-        for i in 0..self.rdma_peers.len() {
-            let p = self.rdma_peers[i];
-            if let Some(Channel::Rdma(c)) = self.peers.get_mut(p).map(|x| &mut x.chan) {
-                if c.health == Health::Open && c.is_connected() {
-                    c.arm();
-                }
+            if let Err(e) = r.ctx.cq.req_notify(false) {
+                let why = format!("cannot arm the completion queue: {e}");
+                self.rdma_fail_all(&why);
             }
         }
         self.progress() == 0
+    }
+
+    /// Polls the shared RC completion queue once and hands each completion
+    /// to its channel (by queue pair number); then each channel that took
+    /// some reposts, sends what waited and returns credits. Costs one poll
+    /// plus the work of the completions, whatever the number of peers.
+    #[inline]
+    pub(crate) fn progress_rdma(&mut self) -> usize {
+        let Some(r) = self.rdma.as_mut() else {
+            return 0;
+        };
+        let k = match r.ctx.cq.poll(&mut r.wcs[..]) {
+            Ok(0) => return 0,
+            Ok(k) => k,
+            Err(e) => {
+                let why = format!("polling the completion queue: {e}");
+                self.rdma_fail_all(&why);
+                return 1;
+            }
+        };
+        for i in 0..k {
+            let wc = &r.wcs[i];
+            let Some(&peer) = r.qp_peer.get(&wc.qp_num()) else {
+                continue;
+            };
+            if let Some(Channel::Rdma(c)) = self.peers.get_mut(peer).map(|p| &mut p.chan) {
+                c.on_wc(peer, &mut self.st, wc);
+                if !c.touched {
+                    c.touched = true;
+                    r.touched.push(peer);
+                }
+            }
+        }
+        let mut n = k;
+        for peer in r.touched.drain(..) {
+            if let Some(Channel::Rdma(c)) = self.peers.get_mut(peer).map(|p| &mut p.chan) {
+                c.touched = false;
+                n += c.service();
+                if c.health != Health::Open {
+                    self.health_dirty = true;
+                }
+            }
+        }
+        n
+    }
+
+    /// The device failed under every rdma channel (rare: an error of the
+    /// shared CQ itself).
+    #[cold]
+    fn rdma_fail_all(&mut self, why: &str) {
+        for i in 0..self.rdma_peers.len() {
+            let p = self.rdma_peers[i];
+            if let Some(Channel::Rdma(c)) = self.peers.get_mut(p).map(|x| &mut x.chan) {
+                c.fail(why.to_string());
+            }
+        }
+        self.health_dirty = true;
     }
 
     /// After a blocking wait that included the completion channel: consumes
