@@ -305,11 +305,9 @@ impl Comm {
         dest: usize,
         tag: i32,
     ) -> Result<Request<'s>> {
-        let r = self.isend_mode(self.ctx, as_bytes(buf), dest, tag, true)?;
-        if let Some(t) = r.token() {
-            s.track_op(&self.eng, t);
-        }
-        Ok(r)
+        let r = self.isend_mode(self.ctx, as_bytes(buf), dest, tag, true);
+        self.track(s, &r);
+        r
     }
 
     /// Receives into `buf` from `source` (or [`ANY_SOURCE`]) with `tag` (or
@@ -322,6 +320,7 @@ impl Comm {
     /// Starts a send in scope `s`; the buffer stays borrowed until the
     /// scope ends, which finishes the send if nothing else did (see
     /// [`crate::scope`]).
+    #[inline]
     pub fn isend<'s, T: Datatype>(
         &self,
         s: &'s Scope<'s, '_>,
@@ -329,16 +328,27 @@ impl Comm {
         dest: usize,
         tag: i32,
     ) -> Result<Request<'s>> {
-        let r = self.isend_on(self.ctx, as_bytes(buf), dest, tag)?;
-        if let Some(t) = r.token() {
-            s.track_op(&self.eng, t);
+        let r = self.isend_on(self.ctx, as_bytes(buf), dest, tag);
+        self.track(s, &r);
+        r
+    }
+
+    /// Has scope `s` track the operation of a request just made (the
+    /// result is looked at in place: moving it through `?` and `Ok` copied
+    /// the request twice).
+    #[inline]
+    fn track<'s>(&self, s: &'s Scope<'s, '_>, r: &Result<Request<'s>>) {
+        if let Ok(q) = r {
+            if let Some(t) = q.token() {
+                s.track_op(&self.eng, t);
+            }
         }
-        Ok(r)
     }
 
     /// Starts a receive in scope `s`; the buffer stays borrowed until the
     /// scope ends, which finishes the receive if nothing else did (see
     /// [`crate::scope`]).
+    #[inline]
     pub fn irecv<'s, T: Datatype>(
         &self,
         s: &'s Scope<'s, '_>,
@@ -346,11 +356,9 @@ impl Comm {
         source: usize,
         tag: i32,
     ) -> Result<Request<'s>> {
-        let r = self.irecv_on(self.ctx, as_bytes_mut(buf), source, tag)?;
-        if let Some(t) = r.token() {
-            s.track_op(&self.eng, t);
-        }
-        Ok(r)
+        let r = self.irecv_on(self.ctx, as_bytes_mut(buf), source, tag);
+        self.track(s, &r);
+        r
     }
 
     /// Sends and receives at once (no deadlock between two ranks doing it).

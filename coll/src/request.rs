@@ -50,7 +50,10 @@ pub struct Request<'scope> {
     /// with requests leaked (their operations are settled then).
     eng: Weak<EngineCell>,
     tok: Option<Token>,
-    outcome: Option<Result<Status>>,
+    /// The error boxed: a request is moved around on every nonblocking
+    /// call (the C interface moves it into and out of its table), and the
+    /// error inline made it 104 bytes instead of 64.
+    outcome: Option<std::result::Result<Status, Box<Error>>>,
     active: bool,
     _buf: PhantomData<&'scope mut [u8]>,
 }
@@ -70,7 +73,7 @@ impl<'scope> Request<'scope> {
         Request {
             eng: Rc::downgrade(eng),
             tok: None,
-            outcome: Some(outcome),
+            outcome: Some(outcome.map_err(Box::new)),
             active: true,
             _buf: PhantomData,
         }
@@ -91,7 +94,7 @@ impl<'scope> Request<'scope> {
         };
         match eng.take_result(tok) {
             Some(r) => {
-                self.outcome = Some(r);
+                self.outcome = Some(r.map_err(Box::new));
                 self.tok = None;
                 true
             }
@@ -125,7 +128,10 @@ impl<'scope> Request<'scope> {
             }
             self.collect(&mut e);
         }
-        self.outcome.take().unwrap_or_else(|| Ok(Status::empty()))
+        match self.outcome.take() {
+            Some(r) => r.map_err(|e| *e),
+            None => Ok(Status::empty()),
+        }
     }
 
     /// Makes progress once; `Some(status)` if the operation is complete
@@ -134,7 +140,7 @@ impl<'scope> Request<'scope> {
         if self.outcome.is_none() {
             let Some(eng) = self.eng.upgrade() else {
                 self.tok = None;
-                self.outcome = Some(Err(finalized()));
+                self.outcome = Some(Err(Box::new(finalized())));
                 return self.outcome_copy().map(Some);
             };
             let mut e = eng.borrow_mut();

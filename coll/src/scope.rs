@@ -192,6 +192,10 @@ use crate::schedule::run::{self, Run};
 /// scope borrows from outside.
 pub struct Scope<'scope, 'env: 'scope> {
     inner: RefCell<Inner>,
+    /// The static scope: it never ends, so nothing it would track is ever
+    /// waited for through it (its buffers live forever); tracking is
+    /// skipped (one list push and a periodic compaction per operation).
+    forever: bool,
     /// Invariant in both, as `std::thread::Scope`: a scope cannot be made
     /// to look shorter or longer than it is.
     _scope: PhantomData<&'scope mut &'scope ()>,
@@ -243,7 +247,10 @@ where
 }
 
 thread_local! {
-    static FOREVER: &'static Scope<'static, 'static> = Box::leak(Box::new(Scope::new()));
+    static FOREVER: &'static Scope<'static, 'static> = Box::leak(Box::new(Scope {
+        forever: true,
+        ..Scope::new()
+    }));
 }
 
 /// The scope that never ends, for `'static` buffers: its operations are
@@ -263,6 +270,7 @@ impl Scope<'_, '_> {
             }),
             _scope: PhantomData,
             _env: PhantomData,
+            forever: false,
         }
     }
 
@@ -276,7 +284,16 @@ impl Scope<'_, '_> {
         self.track(eng, Pending::Coll(run.clone()));
     }
 
+    #[inline]
     fn track(&self, eng: &Rc<EngineCell>, p: Pending) {
+        if self.forever {
+            return;
+        }
+        self.track_in_list(eng, p);
+    }
+
+    #[inline(never)]
+    fn track_in_list(&self, eng: &Rc<EngineCell>, p: Pending) {
         let mut i = self.inner.borrow_mut();
         if i.eng.is_none() {
             i.eng = Some(Rc::downgrade(eng));
