@@ -81,7 +81,7 @@ pub(crate) fn op_name_of(code: u8) -> &'static str {
 
 /// Whether a collective has a root.
 pub(crate) fn rooted(c: Collective) -> bool {
-    (ROOTED >> c.index()) & 1 != 0
+    c.rooted()
 }
 
 /// The stamp of a call of `coll` with `root` (ignored unless rooted),
@@ -95,20 +95,12 @@ pub(crate) fn stamp(coll: Collective, root: usize, rop: u8, rty: u8) -> u32 {
     (c + 1) | u32::from(rop & 15) << 5 | u32::from(rty & 15) << 9 | root
 }
 
-/// Bit `i` set: `Collective::ALL[i]` has a root.
+/// Bit `i` set: `Collective::ALL[i]` has a root ([`Collective::rooted`]).
 const ROOTED: u32 = {
     let mut m = 0;
     let mut i = 0;
     while i < Collective::ALL.len() {
-        if matches!(
-            Collective::ALL[i],
-            Collective::Bcast
-                | Collective::Reduce
-                | Collective::Gather
-                | Collective::Gatherv
-                | Collective::Scatter
-                | Collective::Scatterv
-        ) {
+        if Collective::ALL[i].rooted() {
             m |= 1 << i;
         }
         i += 1;

@@ -143,7 +143,7 @@ impl Collective {
     }
 
     /// Whether the collective has a root.
-    pub fn rooted(self) -> bool {
+    pub const fn rooted(self) -> bool {
         matches!(
             self,
             Collective::Bcast

@@ -6,7 +6,7 @@
 //! rank poll the root's line.
 
 use crate::error::Result;
-use crate::fastpath::tree::Node;
+use crate::fastpath::tree::Rooted;
 use crate::fastpath::{copy, FastCall, FastIo};
 
 pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
@@ -14,9 +14,9 @@ pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
     let dst = io.recv_at(0, len)?;
     let n = f.size();
     let (root, me) = (io.root, f.rank());
-    let rel = (me + n - root) % n;
-    let abs = |r: usize| (r + root) % n;
-    let node = Node::of(rel, n);
+    let t = Rooted::of(me, n, root);
+    let node = &t.node;
+    let abs = |r: usize| t.abs(r);
     if let Some(p) = node.parent {
         let src = f.data_of(abs(p), len)?;
         // SAFETY: the parent's published buffer holds `len` bytes (checked

@@ -11,7 +11,7 @@
 //! else the flat form runs).
 
 use crate::error::Result;
-use crate::fastpath::tree::{Node, ARITY};
+use crate::fastpath::tree::{Node, Rooted, ARITY};
 use crate::fastpath::{copy, FastCall, FastIo};
 
 /// Whether the largest publication of the tree, a child of the root's
@@ -27,11 +27,11 @@ pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
     let len = io.count * io.esize;
     let n = f.size();
     let (root, me) = (io.root, f.rank());
-    let rel = (me + n - root) % n;
-    let abs = |r: usize| (r + root) % n;
-    let node = Node::of(rel, n);
+    let t = Rooted::of(me, n, root);
+    let (rel, node) = (t.rel, &t.node);
+    let abs = |r: usize| t.abs(r);
     let Some(p) = node.parent else {
-        return at_root(f, io, &node, len);
+        return at_root(f, io, node, len);
     };
     let input = io.send_at(0, len)?;
     let total = (node.end - rel) * len;

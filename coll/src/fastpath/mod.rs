@@ -759,7 +759,6 @@ impl<'a> FastCall<'a> {
     #[cold]
     #[inline(never)]
     pub(super) fn stamp_mismatch(&self, r: usize, w: usize) -> Error {
-        let (from, me) = (self.group[r], self.e.rank());
         let got = (w >> STAMP_SHIFT) as u32;
         let mine = (self.stamp >> STAMP_SHIFT) as u32;
         let values = crate::stamp::disagreement(got, mine).unwrap_or_else(|| Disagreement {
@@ -767,6 +766,13 @@ impl<'a> FastCall<'a> {
             a_value: format!("published a word {w:#x}"),
             b_value: "cannot read it".into(),
         });
+        self.disagrees(self.group[r], values)
+    }
+
+    /// This call fails because member (world rank) `from` and this rank
+    /// disagree on it as `values` says.
+    fn disagrees(&self, from: usize, values: Disagreement) -> Error {
+        let me = self.e.rank();
         Error::Mismatch {
             rank: me,
             op: self.op,
@@ -889,22 +895,18 @@ impl<'a> FastCall<'a> {
     #[cold]
     #[inline(never)]
     fn passed_error(&self, r: usize, later: u64) -> Error {
-        let (from, me) = (self.group[r], self.e.rank());
-        Error::Mismatch {
-            rank: me,
-            op: self.op,
-            call: self.k,
-            a: from,
-            b: me,
-            values: Box::new(Disagreement {
+        let me = self.e.rank();
+        self.disagrees(
+            self.group[r],
+            Disagreement {
                 what: String::new(),
                 a_value: format!(
                     "went on to shared-memory call {later} without taking part in call {} as rank {me} expects (the two disagree on the collective or its root)",
                     self.k
                 ),
                 b_value: "waits for its part".into(),
-            }),
-        }
+            },
+        )
     }
 
     /// Members (local ranks `cycle`, this rank first) each wait for the
@@ -924,15 +926,10 @@ impl<'a> FastCall<'a> {
             .iter()
             .map(|&l| format!("rank {}", world(l)))
             .collect();
-        let me = self.e.rank();
-        let other = cycle.get(1).map_or(me, |&l| world(l));
-        Error::Mismatch {
-            rank: me,
-            op: self.op,
-            call: self.k,
-            a: other,
-            b: me,
-            values: Box::new(Disagreement {
+        let other = cycle.get(1).map_or(self.e.rank(), |&l| world(l));
+        self.disagrees(
+            other,
+            Disagreement {
                 what: String::new(),
                 a_value: format!(
                     "waits for another rank's part of shared-memory call {} in a cycle ({} and back), none of which publishes first: the ranks disagree on the collective or its root",
@@ -940,8 +937,8 @@ impl<'a> FastCall<'a> {
                     names.join(" waits for ")
                 ),
                 b_value: "waits for its part".into(),
-            }),
-        }
+            },
+        )
     }
 
     /// The error of a wait on member `w` that ended without its data:

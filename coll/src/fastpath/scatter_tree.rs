@@ -8,16 +8,16 @@
 //! flat form has every rank poll the root's.
 
 use crate::error::Result;
-use crate::fastpath::tree::Node;
+use crate::fastpath::tree::Rooted;
 use crate::fastpath::{copy, FastCall, FastIo};
 
 pub(crate) fn run(f: &mut FastCall, io: &FastIo) -> Result<()> {
     let len = io.count * io.esize;
     let n = f.size();
     let (root, me) = (io.root, f.rank());
-    let rel = (me + n - root) % n;
-    let abs = |r: usize| (r + root) % n;
-    let node = Node::of(rel, n);
+    let t = Rooted::of(me, n, root);
+    let node = &t.node;
+    let abs = |r: usize| t.abs(r);
     let Some(p) = node.parent else {
         let all = io.send_at(0, n * len)?;
         // SAFETY: `all` was checked.

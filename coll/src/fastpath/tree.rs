@@ -70,6 +70,36 @@ impl Node {
     }
 }
 
+/// The tree of a rooted collective: ranks relative to the root, so that
+/// the root is the tree's rank 0.
+pub(crate) struct Rooted {
+    n: usize,
+    root: usize,
+    /// This rank, relative to the root.
+    pub rel: usize,
+    /// This rank's place.
+    pub node: Node,
+}
+
+impl Rooted {
+    /// Rank `me`'s place in the tree of `n` ranks rooted at `root`.
+    pub fn of(me: usize, n: usize, root: usize) -> Rooted {
+        let rel = (me + n - root) % n;
+        Rooted {
+            n,
+            root,
+            rel,
+            node: Node::of(rel, n),
+        }
+    }
+
+    /// The communicator rank of relative rank `r`.
+    #[inline]
+    pub fn abs(&self, r: usize) -> usize {
+        (r + self.root) % self.n
+    }
+}
+
 /// The parts of range `lo..hi` below its first rank: (first rank, end),
 /// as even as can be, the larger ones first.
 fn split(lo: usize, hi: usize) -> [Option<(usize, usize)>; ARITY] {
