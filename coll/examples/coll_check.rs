@@ -105,6 +105,18 @@ fn expect(c: &Comm, got: &[u8], want: &[u8], what: &str) {
     }
 }
 
+/// CLOCK_MONOTONIC in nanoseconds: one clock for every process of the
+/// machine (`Instant` hides it).
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Starts a nonblocking collective in a scope of its own and waits for it.
 fn wait<'e>(
     c: &Comm,
@@ -127,10 +139,31 @@ fn one(c: &Comm, coll: Collective, size: usize, form: Form, what: &str) {
     let sop = || ReduceOp::<u8>::Sum;
     match coll {
         Collective::Barrier => {
+            // That it holds everyone, checked by causality rather than by
+            // a time limit: one rank arrives late and notes when; no rank
+            // may leave before that instant. The ranks of a job here share
+            // one kernel (virtual nodes, namespaces, the VM), so they share
+            // its monotonic clock. A correct barrier always passes; a
+            // broken one fails unless its early rank stalls longer than
+            // the sleep.
+            let late = size % n;
+            if r == late {
+                std::thread::sleep(std::time::Duration::from_millis(3));
+            }
+            let arrived = monotonic_ns();
             if nb {
                 wait(c, |s| c.ibarrier(s), what)
             } else {
                 ok!(c, c.barrier(), "{what}")
+            }
+            let left = monotonic_ns();
+            let mut t = [arrived];
+            ok!(c, c.bcast(&mut t, late), "{what}: bcast of the arrival");
+            if left < t[0] {
+                fail(
+                    c,
+                    format!("{what}: left {} ns before rank {late} arrived", t[0] - left),
+                );
             }
         }
         Collective::Bcast => {
@@ -557,7 +590,7 @@ fn all_algorithms(c: &Comm, quick: bool) {
     }
 }
 
-/// The node-aware algorithms on a subset communicator (`split`): every
+/// The two-level algorithms on a subset communicator (`split`): every
 /// third rank left out, so the subset's nodes hold uneven numbers of its
 /// ranks and its ranks are not a node's consecutive world ranks.
 fn node_aware_on_split(c: &Comm) {
@@ -565,12 +598,13 @@ fn node_aware_on_split(c: &Comm) {
     let s = ok!(c, c.split(i32::from(r % 3 == 2), r as i32), "split");
     let s = s.unwrap_or_else(|| fail(c, "split gave no communicator".into()));
     let mut n = 0;
-    for coll in Collective::ALL {
-        if !algorithms(coll).iter().any(|a| a.name == "node_aware") {
-            continue;
-        }
+    let two_level = Collective::ALL
+        .into_iter()
+        .flat_map(|coll| ["node_aware", "multi_leader"].map(|a| (coll, a)))
+        .filter(|&(coll, a)| algorithms(coll).iter().any(|x| x.name == a));
+    for (coll, alg) in two_level {
         n += 1;
-        ok!(c, force_algorithm(coll, Some("node_aware")), "force");
+        ok!(c, force_algorithm(coll, Some(alg)), "force");
         for (i, &size) in sizes(&s, true).iter().enumerate() {
             let form = [
                 Form::Blocking,
@@ -579,7 +613,7 @@ fn node_aware_on_split(c: &Comm) {
                 Form::NbInPlace,
             ][i % 4];
             let what = format!(
-                "{} node_aware on a split size {size} form {}",
+                "{} {alg} on a split size {size} form {}",
                 coll.name(),
                 i % 4
             );
@@ -588,7 +622,7 @@ fn node_aware_on_split(c: &Comm) {
         ok!(c, force_algorithm(coll, None), "unforce");
     }
     if r == 0 {
-        println!("node_aware on split: ok ({n} collectives)");
+        println!("node_aware on split: ok ({n} two-level algorithms)");
     }
 }
 

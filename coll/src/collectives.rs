@@ -833,8 +833,8 @@ impl Comm {
             rcounts,
             rdispls,
             in_place: s.in_place,
-            // Only the node-aware algorithms look at placement.
-            nodes: if alg == "node_aware" {
+            // Only the two-level algorithms look at placement.
+            nodes: if crate::algorithms::uses_placement(alg) {
                 nodes.to_vec()
             } else {
                 Vec::new()

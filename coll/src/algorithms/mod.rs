@@ -218,6 +218,14 @@ pub(crate) fn in_rank_order<'a>(
     }
 }
 
+/// Whether `alg` is built on the node map (`Args::nodes`): the two-level
+/// algorithms (`mcast`'s schedule, its fallback and nonblocking form, is
+/// the node-aware tree). The others get no map, so that their schedules
+/// do not depend on placement.
+pub(crate) fn uses_placement(alg: &str) -> bool {
+    matches!(alg, "node_aware" | "multi_leader" | "mcast")
+}
+
 /// Builds one rank's schedule.
 pub type BuildFn = fn(&Args) -> Schedule;
 
@@ -279,6 +287,7 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
                 alg("dissemination", barrier::dissemination::build),
                 alg("tree", barrier::tree::build),
                 alg("node_aware", barrier::node_aware::build),
+                alg("multi_leader", barrier::multi_leader::build),
                 SHM_ALG,
             ];
             L

@@ -310,6 +310,9 @@ fn check(case: &Case, alg: &Algorithm) -> Result<Stats, String> {
         });
         expect.push(exp);
     }
+    if case.c == Collective::Barrier {
+        barrier_reaches_everyone(&ranks)?;
+    }
     let red = byte_reduce::<V>(ReduceOp::Sum);
     let stats = simulate(&mut ranks, Some(&red), Model::default())?;
     for (r, (rk, exp)) in ranks.iter().zip(&expect).enumerate() {
@@ -322,6 +325,77 @@ fn check(case: &Case, alg: &Algorithm) -> Result<Stats, String> {
         }
     }
     Ok(stats)
+}
+
+/// A barrier carries no data, so completing is all `simulate` can see of
+/// it. This follows what each rank knows instead: a message carries every
+/// arrival its sender knew when its round began (sends and receives of a
+/// round are posted together), messages match in order per pair, and
+/// every rank must end knowing that every rank arrived.
+fn barrier_reaches_everyone(ranks: &[SimRank]) -> Result<(), String> {
+    use crate::schedule::Step;
+    use std::collections::{HashMap, VecDeque};
+    let n = ranks.len();
+    let mut know: Vec<Vec<bool>> = (0..n).map(|r| (0..n).map(|i| i == r).collect()).collect();
+    let mut round = vec![0usize; n];
+    let mut sent = vec![false; n];
+    let mut wire: HashMap<(usize, usize), VecDeque<Vec<bool>>> = HashMap::new();
+    let mut moved = true;
+    while moved {
+        moved = false;
+        for r in 0..n {
+            while let Some(steps) = ranks[r].sched.rounds.get(round[r]) {
+                if !sent[r] {
+                    for s in steps {
+                        if let Step::Send { peer, .. } = s {
+                            wire.entry((r, *peer))
+                                .or_default()
+                                .push_back(know[r].clone());
+                        }
+                    }
+                    sent[r] = true;
+                    moved = true;
+                }
+                let mut need: HashMap<usize, usize> = HashMap::new();
+                for s in steps {
+                    if let Step::Recv { peer, .. } = s {
+                        *need.entry(*peer).or_default() += 1;
+                    }
+                }
+                let ready = need
+                    .iter()
+                    .all(|(&p, &k)| wire.get(&(p, r)).is_some_and(|q| q.len() >= k));
+                if !ready {
+                    break;
+                }
+                for (p, k) in need {
+                    let q = wire.get_mut(&(p, r)).expect("checked");
+                    for got in q.drain(..k) {
+                        for (mine, theirs) in know[r].iter_mut().zip(got) {
+                            *mine |= theirs;
+                        }
+                    }
+                }
+                round[r] += 1;
+                sent[r] = false;
+                moved = true;
+            }
+        }
+    }
+    for r in 0..n {
+        if round[r] < ranks[r].sched.rounds.len() {
+            return Err(format!(
+                "barrier: rank {r} never finishes round {}",
+                round[r]
+            ));
+        }
+        if let Some(missed) = know[r].iter().position(|&k| !k) {
+            return Err(format!(
+                "barrier: rank {r} leaves without hearing of rank {missed}'s arrival"
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn has_in_place(c: Collective) -> bool {
@@ -600,8 +674,11 @@ fn node_aware_algorithms_on_random_placements() {
                 0 => (0..n).map(|r| r % k).collect(),
                 _ => (0..n).map(|_| 100 + next(k)).collect(),
             };
-            for c in Collective::ALL {
-                let Some(alg) = crate::algorithms::find(c, "node_aware") else {
+            for (c, name) in Collective::ALL
+                .into_iter()
+                .flat_map(|c| TWO_LEVEL.map(|a| (c, a)))
+            {
+                let Some(alg) = crate::algorithms::find(c, name) else {
                     continue;
                 };
                 for count in [0, 1, 5, 40] {
@@ -620,7 +697,7 @@ fn node_aware_algorithms_on_random_placements() {
                         };
                         if let Err(e) = check(&case, &alg) {
                             panic!(
-                                "{} node_aware n={n} nodes={nodes:?} count={count} root={} in_place={in_place}: {e}",
+                                "{} {name} n={n} nodes={nodes:?} count={count} root={} in_place={in_place}: {e}",
                                 c.name(),
                                 case.root
                             );
@@ -653,7 +730,7 @@ fn model_time(c: Collective, alg: &str, k: usize, ppn: usize, bytes: usize) -> f
                 displs: (0..n).map(|i| i * count).collect(),
                 rcounts: vec![count; n],
                 rdispls: (0..n).map(|i| i * count).collect(),
-                nodes: if alg == "node_aware" {
+                nodes: if crate::algorithms::uses_placement(alg) {
                     nodes.clone()
                 } else {
                     Vec::new()
@@ -691,25 +768,36 @@ fn flat_algorithms(c: Collective, n: usize) -> Vec<&'static str> {
     ];
     schedules(c)
         .map(|a| a.name)
-        .filter(|&a| a != "node_aware" && (n <= 1024 || !long.contains(&a)))
+        .filter(|&a| !TWO_LEVEL.contains(&a) && (n <= 1024 || !long.contains(&a)))
         .collect()
 }
 
-/// The two-level choice against the best flat one; prints a table row
-/// per case and returns (node-aware, best flat, its name).
+/// The algorithms built on the node map (two levels; `mcast`'s schedule is
+/// the node-aware tree).
+const TWO_LEVEL: [&str; 3] = ["node_aware", "multi_leader", "mcast"];
+
+/// The best two-level choice against the best flat one; prints a table
+/// row per case and returns (best two-level, best flat, its name).
 fn two_level_vs_flat(
     k: usize,
     ppn: usize,
     bytes: usize,
     c: Collective,
 ) -> (f64, f64, &'static str) {
-    let two = model_time(c, "node_aware", k, ppn, bytes);
-    let (flat, name) = flat_algorithms(c, k * ppn)
-        .into_iter()
-        .map(|a| (model_time(c, a, k, ppn, bytes), a))
-        .fold((f64::MAX, ""), |x, y| if y.0 < x.0 { y } else { x });
+    let best = |algs: Vec<&'static str>| {
+        algs.into_iter()
+            .map(|a| (model_time(c, a, k, ppn, bytes), a))
+            .fold((f64::MAX, ""), |x, y| if y.0 < x.0 { y } else { x })
+    };
+    let (two, two_name) = best(
+        schedules(c)
+            .map(|a| a.name)
+            .filter(|a| TWO_LEVEL.contains(a))
+            .collect(),
+    );
+    let (flat, name) = best(flat_algorithms(c, k * ppn));
     println!(
-        "| {k} x {ppn} | {} | {bytes} | {:.1} | {:.1} ({name}) | {:.2} |",
+        "| {k} x {ppn} | {} | {bytes} | {:.1} ({two_name}) | {:.1} ({name}) | {:.2} |",
         c.name(),
         two * 1e6,
         flat * 1e6,
@@ -920,4 +1008,18 @@ fn mcast_model_table() {
     // many nodes (one injection instead of log2 k or a pipeline).
     assert!(wins.contains(&("cluster", 8, 8, false)));
     assert!(wins.contains(&("cluster", 1024, 1 << 20, true)));
+}
+
+/// The scale targets for the barrier, in model time: the
+/// multi-leader barrier at most half the best flat schedule at 64 nodes x
+/// 64 ranks and 1,024 x 16 (printed as table rows).
+#[test]
+fn multi_leader_barrier_at_scale_in_the_model() {
+    for (k, ppn) in [(64, 64), (1024, 16)] {
+        let (two, flat, name) = two_level_vs_flat(k, ppn, 8, Collective::Barrier);
+        assert!(
+            two <= 0.5 * flat,
+            "barrier {k} x {ppn}: two-level {two} vs {name} {flat}"
+        );
+    }
 }
