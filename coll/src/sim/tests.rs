@@ -301,12 +301,15 @@ fn check(case: &Case, alg: &Algorithm) -> Result<Stats, String> {
                 }
             }
         };
-        let sched = (alg.schedule().expect("a schedule algorithm"))(&a);
+        let build = alg.schedule().expect("a schedule algorithm");
+        let sched = build(&a);
+        let then = sched.then.map(|_| (build, a));
         ranks.push(SimRank {
             sched,
             send: to_bytes(&send),
             recv: to_bytes(&recv),
             node: case.nodes.get(r).copied().unwrap_or(0),
+            then,
         });
         expect.push(exp);
     }
@@ -454,6 +457,7 @@ fn allreduce_floats_are_bit_identical_on_every_rank() {
                         send: crate::datatype::as_bytes(&v).to_vec(),
                         recv: vec![0; count * 8],
                         node: nodes_for(n, 3)[r],
+                        then: None,
                     }
                 })
                 .collect();
@@ -503,6 +507,7 @@ fn deadlocks_and_mismatches_are_reported() {
                 send: vec![],
                 recv: vec![0],
                 node: 0,
+                then: None,
             }
         })
         .collect();
@@ -522,6 +527,7 @@ fn deadlocks_and_mismatches_are_reported() {
                 send: vec![],
                 recv: vec![0, 0],
                 node: 0,
+                then: None,
             }
         })
         .collect();
@@ -824,6 +830,34 @@ fn two_level_rooted_and_reduce_scatter_in_the_model() {
         two <= flat,
         "reduce_scatter_block 8 B: node_aware {two} vs {name} {flat}"
     );
+}
+
+#[test]
+fn two_level_v_forms_cross_nodes_once_per_node() {
+    // 8 nodes x 8 ranks, uneven v-counts, root on the fourth node: the
+    // node-aware gatherv and scatterv send each other node's leader its
+    // counts and its blocks (2 x 7 messages across nodes), linear one
+    // message per rank off the root's node (56).
+    let nodes: Vec<usize> = (0..64).map(|r| r / 8).collect();
+    for c in [Collective::Gatherv, Collective::Scatterv] {
+        let across = |alg: &str| {
+            let a = crate::algorithms::find(c, alg).expect("algorithm");
+            let case = Case {
+                c,
+                n: 64,
+                count: 5,
+                root: 27,
+                in_place: false,
+                nodes: nodes.clone(),
+                salt: 11,
+            };
+            check(&case, &a)
+                .unwrap_or_else(|e| panic!("{} {alg}: {e}", c.name()))
+                .inter_messages
+        };
+        assert_eq!(across("node_aware"), 14, "{}", c.name());
+        assert_eq!(across("linear"), 56, "{}", c.name());
+    }
 }
 
 /// The model table of docs/COLLECTIVES.md (64 nodes x 64 ranks and 1,024
