@@ -22,6 +22,7 @@
 pub mod allgather;
 pub mod allreduce;
 pub mod alltoall;
+pub mod alltoallv;
 pub mod barrier;
 pub mod bcast;
 pub mod gather;
@@ -383,6 +384,7 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
             const L: &[Algorithm] = &[
                 alg("pairwise", alltoall::pairwise::build),
                 alg("linear", alltoall::linear::build),
+                alg("node_aware", alltoallv::node_aware::build),
                 SHM_ALG,
             ];
             L

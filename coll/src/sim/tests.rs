@@ -858,6 +858,23 @@ fn two_level_v_forms_cross_nodes_once_per_node() {
         assert_eq!(across("node_aware"), 14, "{}", c.name());
         assert_eq!(across("linear"), 56, "{}", c.name());
     }
+    // Alltoallv: every leader sends every other leader its count matrix and
+    // one bundle (2 x 8 x 7), linear at least one message per pair of ranks
+    // on different nodes (64 x 56; more where a block exceeds a segment).
+    let a = crate::algorithms::find(Collective::Alltoallv, "node_aware").expect("algorithm");
+    let l = crate::algorithms::find(Collective::Alltoallv, "linear").expect("algorithm");
+    let case = Case {
+        c: Collective::Alltoallv,
+        n: 64,
+        count: 3,
+        root: 0,
+        in_place: false,
+        nodes,
+        salt: 5,
+    };
+    let across = |alg| check(&case, alg).expect("alltoallv").inter_messages;
+    assert_eq!(across(&a), 112);
+    assert!(across(&l) >= 64 * 56);
 }
 
 /// The model table of docs/COLLECTIVES.md (64 nodes x 64 ranks and 1,024
