@@ -392,5 +392,31 @@ mod tests {
         let mut b = Builder::new(1);
         b.recv(1, (Buf::Send, 0, 1));
         assert!(b.finish().validate(0, 2, 1, 1).is_err());
+        // Two-phase pieces: a put fits its buffer, the learned buffer
+        // exists, counts round-trip through their bytes.
+        let mut b = Builder::new(4);
+        let t = b.scratch_bytes(16);
+        b.put(t, 0, learned_bytes([7, 0]));
+        b.end_round();
+        b.send_bytes(1, t, 0, 16);
+        b.then(t);
+        let s = b.finish();
+        assert_eq!(s.then, Some(0));
+        assert!(s.validate(0, 2, 0, 0).is_ok());
+        let mut b = Builder::new(1);
+        let t = b.scratch_bytes(8);
+        b.put(t, 4, learned_bytes([1]));
+        assert!(b.finish().validate(0, 2, 0, 0).is_err());
+        let mut bad = Schedule {
+            then: Some(3),
+            ..Schedule::default()
+        };
+        assert!(bad.validate(0, 2, 0, 0).is_err());
+        bad.then = None;
+        assert!(bad.validate(0, 2, 0, 0).is_ok());
+        assert_eq!(
+            learned_values(&learned_bytes([5, 1 << 40])),
+            vec![5, 1 << 40]
+        );
     }
 }

@@ -877,6 +877,110 @@ fn two_level_v_forms_cross_nodes_once_per_node() {
     assert!(across(&l) >= 64 * 56);
 }
 
+/// Simulates the node-aware `c` (gatherv, scatterv, alltoallv; both
+/// phases) with each rank's own view of the counts: `sc[s][d]` what s
+/// sends d, `rc[d][s]` what d expects from s (gatherv: d = root;
+/// scatterv: s = root).
+fn node_aware_v_views(
+    c: Collective,
+    nodes: &[usize],
+    root: usize,
+    sc: &[Vec<usize>],
+    rc: &[Vec<usize>],
+) -> Result<Stats, String> {
+    let n = nodes.len();
+    let alg = crate::algorithms::find(c, "node_aware").expect("algorithm");
+    let build = alg.schedule().expect("a schedule");
+    let ranks: Vec<SimRank> = (0..n)
+        .map(|r| {
+            let mut a = Args {
+                rank: r,
+                size: n,
+                root,
+                esize: ES,
+                nodes: nodes.to_vec(),
+                seg: 3,
+                window: 3,
+                ..Args::default()
+            };
+            let (send, recv) = match c {
+                Collective::Gatherv => {
+                    a.count = sc[r][root];
+                    if r == root {
+                        a.counts = rc[root].clone();
+                        a.displs = prefix(&a.counts)[..n].to_vec();
+                    }
+                    (a.count, if r == root { a.counts.iter().sum() } else { 0 })
+                }
+                Collective::Scatterv => {
+                    a.count = rc[r][root];
+                    if r == root {
+                        a.counts = sc[root].clone();
+                        a.displs = prefix(&a.counts)[..n].to_vec();
+                    }
+                    (if r == root { a.counts.iter().sum() } else { 0 }, a.count)
+                }
+                _ => {
+                    a.counts = sc[r].clone();
+                    a.displs = prefix(&a.counts)[..n].to_vec();
+                    a.rcounts = rc[r].clone();
+                    a.rdispls = prefix(&a.rcounts)[..n].to_vec();
+                    (a.counts.iter().sum(), a.rcounts.iter().sum())
+                }
+            };
+            let sched = build(&a);
+            SimRank {
+                then: sched.then.map(|_| (build, a)),
+                sched,
+                send: vec![0; send * ES],
+                recv: vec![0; recv * ES],
+                node: nodes[r],
+            }
+        })
+        .collect();
+    let mut ranks = ranks;
+    simulate(&mut ranks, None, Model::default())
+}
+
+#[test]
+fn node_aware_v_forms_find_counts_that_disagree() {
+    // 6 ranks on 2 nodes of 3 ({0,1,2}, {3,4,5}), blocks of 2 elements.
+    let nodes = [0, 0, 0, 1, 1, 1];
+    let n = nodes.len();
+    let even = vec![vec![2usize; n]; n];
+    for c in [
+        Collective::Gatherv,
+        Collective::Scatterv,
+        Collective::Alltoallv,
+    ] {
+        node_aware_v_views(c, &nodes, 0, &even, &even)
+            .unwrap_or_else(|e| panic!("{} with agreeing counts: {e}", c.name()));
+    }
+    // Scatterv: the leader of the other node (rank 3) expects 3 where the
+    // root sends it 2: its second phase fails the call.
+    let mut rc = even.clone();
+    rc[3][0] = 3;
+    let e = node_aware_v_views(Collective::Scatterv, &nodes, 0, &even, &rc).unwrap_err();
+    assert!(e.contains("disagree"), "{e}");
+    // Gatherv: the leader sends 3: the root's node message is longer.
+    let mut sc = even.clone();
+    sc[3][0] = 3;
+    let e = node_aware_v_views(Collective::Gatherv, &nodes, 0, &sc, &even).unwrap_err();
+    assert!(e.contains("expected"), "{e}");
+    // Alltoallv, a disagreement whose lengths add up: ranks 0 and 1 send
+    // rank 4 3 and 1 elements where it expects 2 from each. The bundle is
+    // as long as expected; the leader of rank 4's node finds it in the
+    // count matrix.
+    let mut sc = even.clone();
+    sc[0][4] = 3;
+    sc[1][4] = 1;
+    let e = node_aware_v_views(Collective::Alltoallv, &nodes, 0, &sc, &even).unwrap_err();
+    assert!(
+        e.contains("disagree") && e.contains("from: 0, to: 4"),
+        "{e}"
+    );
+}
+
 /// The model table of docs/COLLECTIVES.md (64 nodes x 64 ranks and 1,024
 /// x 16; a few minutes):
 /// `cargo test --release -p ibcoll --lib model_tables -- --ignored --nocapture`.
