@@ -842,6 +842,7 @@ impl Comm {
             seg: (seg_bytes / s.esize.max(1)).max(1),
             window,
             canonical: s.canonical,
+            learned: None,
         }
     }
 
@@ -892,6 +893,9 @@ impl Comm {
         });
         let info = self.coll_info(s.coll)?;
         let cached = key.as_ref().and_then(|k| info.schedule(s.coll, k));
+        // The arguments stay with a two-phase schedule's run, which
+        // builds its second phase from them.
+        let mut then = None;
         let sched = match cached {
             Some(x) => x,
             None => {
@@ -900,13 +904,16 @@ impl Comm {
                 if let Some(k) = key {
                     info.keep_schedule(s.coll, k, &x);
                 }
+                if x.then.is_some() {
+                    then = Some(args);
+                }
                 x
             }
         };
         let tag = self.next_tag();
         // SAFETY: `c` borrows both buffers for `'b`, and every caller
         // finishes the run within it (see above).
-        unsafe {
+        let mut run = unsafe {
             Run::new(
                 sched,
                 c.send,
@@ -917,7 +924,11 @@ impl Comm {
                 self.wire(tag, s.stamp()),
                 Op::Collective(s.coll),
             )
+        }?;
+        if let Some(args) = then {
+            run.then(alg.1, args);
         }
+        Ok(run)
     }
 
     /// Runs one blocking call: the fast path, or a schedule.

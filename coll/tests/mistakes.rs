@@ -491,6 +491,36 @@ fn v_collective_counts_are_checked_without_ibcoll_check() {
 }
 
 #[test]
+fn node_aware_v_collectives_fail_every_rank_on_a_count_mistake() {
+    // The two-phase node-aware gatherv, scatterv and alltoallv (a leader
+    // learns counts first: its node's from the root, or its members' and
+    // the other leaders' matrices) forced across nodes: the last rank's
+    // wrong count fails the call on the rank that receives its block (its
+    // leader, the root, itself, or the leader that compares the counts),
+    // and every rank fails that call or the barrier after it. Placements with a node of one rank
+    // (the last rank alone: its block goes straight to or from the root)
+    // and uneven nodes.
+    for (coll, kind) in [
+        ("gatherv", "count"),
+        ("scatterv", "count"),
+        ("alltoallv", "count"),
+        ("alltoallv", "less"),
+    ] {
+        let env = format!("IBCOLL_{}_ALGORITHM=node_aware", coll.to_uppercase());
+        for (n, nodes) in [(3, 2), (4, 2), (5, 3), (6, 3)] {
+            for nb in [false, true] {
+                let mut args = vec![coll, kind];
+                if nb {
+                    args.push("nb");
+                }
+                args.push("then");
+                expect_all(n, nodes, &[&env], &args, &["ranks disagree"]);
+            }
+        }
+    }
+}
+
+#[test]
 fn the_watchdog_watches_point_to_point_waits() {
     // Rank 0 waits in a receive (recv, a request's wait, sendrecv) for the
     // last rank, which sleeps in user code; the ranks between wait in a

@@ -22,14 +22,17 @@
 pub mod allgather;
 pub mod allreduce;
 pub mod alltoall;
+pub mod alltoallv;
 pub mod barrier;
 pub mod bcast;
 pub mod gather;
+pub mod gatherv;
 pub(crate) mod levels;
 pub mod reduce;
 pub mod reduce_scatter;
 pub mod scan;
 pub mod scatter;
+pub mod scatterv;
 
 use crate::schedule::{Builder, El, Schedule};
 
@@ -180,6 +183,10 @@ pub struct Args {
     /// `displs` are the prefix sums of `counts` on every rank (uniform
     /// collectives), so adjacent blocks may travel as one message.
     pub canonical: bool,
+    /// What the first phase of a two-phase schedule learned (see
+    /// [`crate::schedule::Schedule::then`]); `None` while building the
+    /// first phase.
+    pub learned: Option<Vec<u64>>,
 }
 
 impl Args {
@@ -338,7 +345,11 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
             L
         }
         Collective::Gatherv => {
-            const L: &[Algorithm] = &[alg("linear", gather::linear::build), SHM_ALG];
+            const L: &[Algorithm] = &[
+                alg("linear", gather::linear::build),
+                alg("node_aware", gatherv::node_aware::build),
+                SHM_ALG,
+            ];
             L
         }
         Collective::Scatter => {
@@ -351,7 +362,11 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
             L
         }
         Collective::Scatterv => {
-            const L: &[Algorithm] = &[alg("linear", scatter::linear::build), SHM_ALG];
+            const L: &[Algorithm] = &[
+                alg("linear", scatter::linear::build),
+                alg("node_aware", scatterv::node_aware::build),
+                SHM_ALG,
+            ];
             L
         }
         Collective::Allgather | Collective::Allgatherv => {
@@ -378,6 +393,7 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
             const L: &[Algorithm] = &[
                 alg("pairwise", alltoall::pairwise::build),
                 alg("linear", alltoall::linear::build),
+                alg("node_aware", alltoallv::node_aware::build),
                 SHM_ALG,
             ];
             L

@@ -509,7 +509,14 @@ impl Engine {
                 bye_pending.push(p.rank);
             }
         }
-        while (!bye_pending.is_empty() || self.tcp_backlog() || self.rdma_backlog())
+        // Sends still queued (a channel still connecting: an abandoned send
+        // of a failed collective, or a notice of the failure, to a peer not
+        // talked to before) go out first: the peer may wait for nothing
+        // else.
+        while (!bye_pending.is_empty()
+            || self.tcp_backlog()
+            || self.rdma_backlog()
+            || self.queued > 0)
             && Instant::now() < deadline
         {
             self.progress();
@@ -524,7 +531,9 @@ impl Engine {
                     }
                 }
                 self.wait_descriptors(Duration::from_millis(10));
-            } else if !bye_pending.is_empty() || self.rdma_backlog() {
+            } else if self.queued > 0 && self.waits_on_descriptors() {
+                self.wait_descriptors(Duration::from_millis(10));
+            } else if !bye_pending.is_empty() || self.rdma_backlog() || self.queued > 0 {
                 std::thread::yield_now();
             }
         }

@@ -64,6 +64,9 @@ pub enum Step {
         dst: Slice,
         src_left: bool,
     },
+    /// `dst = bytes`: values only the builder knows (the counts a peer
+    /// learns from this rank, see [`Schedule::then`]).
+    Put { dst: Slice, bytes: Vec<u8> },
 }
 
 impl Step {
@@ -80,6 +83,51 @@ pub struct Schedule {
     pub scratch: Vec<usize>,
     /// Whether any step reduces (the runner then needs an operation).
     pub reduces: bool,
+    /// A schedule in two phases (the node-aware v-collectives, where a
+    /// node leader learns its members' counts from a peer before it can
+    /// size their messages): after the last round, the runner (engine or
+    /// simulator) calls the algorithm again with [`Args::learned`] set to
+    /// the little-endian `u64`s of this scratch buffer, and runs the
+    /// schedule it returns, on the same buffers, tag and peers.
+    ///
+    /// [`Args::learned`]: crate::algorithms::Args::learned
+    pub then: Option<u16>,
+    /// Counts learned from a peer that disagree with this rank's own: the
+    /// runner fails the call with [`Error::Mismatch`] (told to every rank)
+    /// instead of running the rounds.
+    ///
+    /// [`Error::Mismatch`]: crate::Error::Mismatch
+    pub fault: Option<Fault>,
+}
+
+/// A disagreement a builder found in learned counts: rank `from` sends
+/// `sent` bytes where rank `to` expects `expected` (communicator ranks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fault {
+    pub from: usize,
+    pub to: usize,
+    pub sent: u64,
+    pub expected: u64,
+}
+
+/// The `u64`s a phase learned (see [`Schedule::then`]).
+pub fn learned_values(bytes: &[u8]) -> Vec<u64> {
+    bytes
+        .chunks_exact(8)
+        .map(|c| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            u64::from_le_bytes(w)
+        })
+        .collect()
+}
+
+/// `counts` as the bytes a peer learns them from.
+pub fn learned_bytes(counts: impl IntoIterator<Item = usize>) -> Vec<u8> {
+    counts
+        .into_iter()
+        .flat_map(|c| (c as u64).to_le_bytes())
+        .collect()
 }
 
 /// Why a schedule cannot run on the given buffers (a bug in a builder or
@@ -154,6 +202,12 @@ impl Schedule {
                             return Err(BadSchedule(format!("round {i}: copy length mismatch")));
                         }
                     }
+                    Step::Put { dst, bytes } => {
+                        check(dst, true)?;
+                        if bytes.len() != dst.len {
+                            return Err(BadSchedule(format!("round {i}: put length mismatch")));
+                        }
+                    }
                     Step::Reduce { src, dst, .. } => {
                         check(src, false)?;
                         check(dst, true)?;
@@ -164,6 +218,13 @@ impl Schedule {
                         }
                     }
                 }
+            }
+        }
+        if let Some(t) = self.then {
+            if self.scratch.get(t as usize).is_none() {
+                return Err(BadSchedule(format!(
+                    "learns from scratch {t}, which is not there"
+                )));
             }
         }
         Ok(())
@@ -233,6 +294,67 @@ impl Builder {
         self.cur.push(Step::Reduce { src, dst, src_left });
     }
 
+    /// A new scratch buffer of `bytes` bytes (for counts, whatever the
+    /// element size).
+    pub fn scratch_bytes(&mut self, bytes: usize) -> Buf {
+        self.sched.scratch.push(bytes);
+        Buf::Scratch((self.sched.scratch.len() - 1) as u16)
+    }
+
+    /// `bytes` at byte `off` of `buf`, sent or received whole with
+    /// [`Builder::send_bytes`] and [`Builder::recv_bytes`].
+    pub fn put(&mut self, buf: Buf, off: usize, bytes: Vec<u8>) {
+        let dst = Slice {
+            buf,
+            off,
+            len: bytes.len(),
+        };
+        self.cur.push(Step::Put { dst, bytes });
+    }
+
+    /// Sends `len` bytes at byte `off` of `buf`.
+    pub fn send_bytes(&mut self, peer: usize, buf: Buf, off: usize, len: usize) {
+        let data = Slice { buf, off, len };
+        self.cur.push(Step::Send { peer, data });
+    }
+
+    /// Receives `len` bytes into byte `off` of `buf`.
+    pub fn recv_bytes(&mut self, peer: usize, buf: Buf, off: usize, len: usize) {
+        let data = Slice { buf, off, len };
+        self.cur.push(Step::Recv { peer, data });
+    }
+
+    /// Copies `len` bytes (a local step; skipped when empty).
+    pub fn copy_bytes(&mut self, src: (Buf, usize), dst: (Buf, usize), len: usize) {
+        if len == 0 {
+            return;
+        }
+        let src = Slice {
+            buf: src.0,
+            off: src.1,
+            len,
+        };
+        let dst = Slice {
+            buf: dst.0,
+            off: dst.1,
+            len,
+        };
+        self.cur.push(Step::Copy { src, dst });
+    }
+
+    /// Makes the schedule a first phase that learns the `u64`s `buf` holds
+    /// at its end (see [`Schedule::then`]).
+    pub fn then(&mut self, buf: Buf) {
+        if let Buf::Scratch(i) = buf {
+            self.sched.then = Some(i);
+        }
+    }
+
+    /// Makes the schedule fail the call with `f` (see [`Schedule::fault`]).
+    pub fn fault(&mut self, f: Fault) {
+        self.sched.fault = Some(f);
+    }
+
     /// Closes the current round (no-op when empty).
     pub fn end_round(&mut self) {
         if !self.cur.is_empty() {
@@ -270,5 +392,31 @@ mod tests {
         let mut b = Builder::new(1);
         b.recv(1, (Buf::Send, 0, 1));
         assert!(b.finish().validate(0, 2, 1, 1).is_err());
+        // Two-phase pieces: a put fits its buffer, the learned buffer
+        // exists, counts round-trip through their bytes.
+        let mut b = Builder::new(4);
+        let t = b.scratch_bytes(16);
+        b.put(t, 0, learned_bytes([7, 0]));
+        b.end_round();
+        b.send_bytes(1, t, 0, 16);
+        b.then(t);
+        let s = b.finish();
+        assert_eq!(s.then, Some(0));
+        assert!(s.validate(0, 2, 0, 0).is_ok());
+        let mut b = Builder::new(1);
+        let t = b.scratch_bytes(8);
+        b.put(t, 4, learned_bytes([1]));
+        assert!(b.finish().validate(0, 2, 0, 0).is_err());
+        let mut bad = Schedule {
+            then: Some(3),
+            ..Schedule::default()
+        };
+        assert!(bad.validate(0, 2, 0, 0).is_err());
+        bad.then = None;
+        assert!(bad.validate(0, 2, 0, 0).is_ok());
+        assert_eq!(
+            learned_values(&learned_bytes([5, 1 << 40])),
+            vec![5, 1 << 40]
+        );
     }
 }

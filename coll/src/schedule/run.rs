@@ -30,7 +30,8 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::{Buf, Schedule, Slice, Step};
+use super::{Buf, Fault, Schedule, Slice, Step};
+use crate::algorithms::{Args, BuildFn};
 use crate::engine::notice::{Conflict, Notice, NOTICE_MASK};
 use crate::engine::ops::{Op as EngOp, OpKind, Token};
 use crate::engine::{Engine, Posted2};
@@ -48,7 +49,12 @@ pub(crate) struct Run {
     aborting: bool,
     send: *const u8,
     recv: *mut u8,
+    send_len: usize,
+    recv_len: usize,
     scratch: Vec<Vec<Line>>,
+    /// The algorithm and its arguments, for the second phase of a
+    /// two-phase schedule ([`Schedule::then`]).
+    then: Option<(BuildFn, Args)>,
     reduce: Option<ByteReduce>,
     ctx: u32,
     tag: i32,
@@ -389,7 +395,10 @@ impl Run {
             aborting: false,
             send,
             recv,
+            send_len,
+            recv_len,
             scratch,
+            then: None,
             reduce,
             ctx: wire.ctx,
             tag: wire.tag,
@@ -416,6 +425,75 @@ impl Run {
     /// Makes the run own `keep` (memory it reads) until it is dropped.
     pub fn keep(&mut self, keep: Box<dyn std::any::Any>) {
         self.keep = Some(keep);
+    }
+
+    /// Gives the run what it builds a two-phase schedule's second phase
+    /// with ([`Schedule::then`]).
+    pub fn then(&mut self, build: BuildFn, args: Args) {
+        self.then = Some((build, args));
+    }
+
+    /// The disagreement a builder found in learned counts, as this rank's
+    /// error (told to every member like a message of the wrong size).
+    fn fault_error(&self, f: Fault) -> Error {
+        let at = |r: usize| self.group.get(r).copied().unwrap_or(r);
+        let (a, b) = (at(f.from), at(f.to));
+        Error::Mismatch {
+            rank: at(self.me as usize),
+            op: self.op,
+            call: CALL_UNKNOWN,
+            a,
+            b,
+            values: Box::new(Disagreement::transfer(a, b, f.sent, f.expected)),
+        }
+    }
+
+    /// Replaces the finished first phase by the second, built from the
+    /// `u64`s scratch `i` learned (see [`Schedule::then`]).
+    fn next_phase(&mut self, i: u16) -> Result<()> {
+        let Some((build, mut args)) = self.then.take() else {
+            return Ok(());
+        };
+        let len = self.sched.scratch.get(i as usize).copied().unwrap_or(0);
+        let p = self.ptr(&Slice {
+            buf: Buf::Scratch(i),
+            off: 0,
+            len,
+        });
+        // SAFETY: `validate` checked that scratch `i` exists; it holds
+        // `len` bytes, and no transfer is pending (the phase is over).
+        let bytes = unsafe { std::slice::from_raw_parts(p as *const u8, len) };
+        args.learned = Some(super::learned_values(bytes));
+        let sched = build(&args);
+        let rank = self.group.get(self.me as usize).copied().unwrap_or(0);
+        sched
+            .validate(
+                self.me as usize,
+                self.group.len(),
+                self.send_len,
+                self.recv_len,
+            )
+            .map_err(|b| Error::InvalidArgument {
+                rank,
+                op: self.op,
+                detail: format!("second phase does not fit the buffers: {b}"),
+            })?;
+        if sched.reduces && self.reduce.is_none() {
+            return Err(Error::InvalidArgument {
+                rank,
+                op: self.op,
+                detail: "second phase reduces but no operation was given".into(),
+            });
+        }
+        for b in self.scratch.drain(..) {
+            pool_give(b);
+        }
+        self.scratch = sched.scratch.iter().map(|&n| pool_take(n)).collect();
+        self.sched = Rc::new(sched);
+        self.then = Some((build, args));
+        self.round = 0;
+        self.posted = false;
+        Ok(())
     }
 
     /// The panic of the run's reduction operation, if it panicked.
@@ -770,7 +848,22 @@ impl Run {
                     continue;
                 }
             }
+            if let Some(f) = self.sched.fault {
+                let x = self.fault_error(f);
+                self.record(x);
+                self.abort(e);
+                work += 1;
+                continue;
+            }
             if self.round >= self.sched.rounds.len() {
+                if let (Some(i), true) = (self.sched.then, self.then.is_some()) {
+                    work += 1;
+                    if let Err(x) = self.next_phase(i) {
+                        self.record(x);
+                        self.abort(e);
+                    }
+                    continue;
+                }
                 self.done = true;
                 work += 1;
                 break;
@@ -878,6 +971,12 @@ impl Run {
                     }
                     n = i + 1;
                 }
+                Step::Put { dst, .. } => {
+                    if !clear(dst, dst) {
+                        break;
+                    }
+                    n = i + 1;
+                }
                 _ => {}
             }
         }
@@ -914,6 +1013,12 @@ impl Run {
                     if let Some(f) = &self.reduce {
                         f.apply(d, s, src_left);
                     }
+                }
+                Step::Put { dst, bytes } => {
+                    let b = self.ptr(&dst);
+                    // SAFETY: validated: `dst` lies in a writable buffer
+                    // and is `bytes.len()` long.
+                    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), b, bytes.len()) };
                 }
                 _ => {}
             }

@@ -331,6 +331,12 @@ impl Table {
             rule(Gather, 15, ANY, ANY, "linear"),
             rule(Gather, ANY, ANY, 2 * k, "binomial"),
             rule(Gather, ANY, ANY, ANY, "linear"),
+            // The node-aware gatherv/scatterv (and alltoallv below) have
+            // no rule: a v-form selects with 0 bytes, so a rule holds for
+            // every size, and forced on the simulated hosts (tcp, 2 x 2 and
+            // 4 x 2) they lose from 64 KiB (1.3-3x), gatherv also at 8 B
+            // (16-108 vs 3-15 us: leaders wait a round trip for their
+            // counts), scatterv ties at 8 B (docs/PERFORMANCE.md).
             rule(Gatherv, ANY, ANY, ANY, "linear"),
             rule(Scatter, 15, ANY, ANY, "linear"),
             rule(Scatter, ANY, ANY, 2 * k, "binomial"),
@@ -354,6 +360,9 @@ impl Table {
         rules.extend(pieces_on_two(Alltoall, "linear", MOVE_PIECES_UPTO));
         rules.extend([
             // Alltoallv selects with 0 bytes: whole blocks as before.
+            // Node-aware wins at 8 B across tcp hosts in 3 of 4 runs (4 x 2
+            // 269 vs 333 us) but loses 1.3-2.3x at 64 KiB and 1 MiB, and
+            // one rule would cover every size: not selected.
             seg(rule(Alltoallv, ANY, ANY, ANY, "linear"), ANY),
             // Recursive halving up to 8 KiB, ring from 32 KiB (120 vs
             // 112 us, then 302 vs 1353 us at 128 KiB).

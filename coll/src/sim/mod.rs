@@ -29,8 +29,9 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use crate::algorithms::{Args, BuildFn};
 use crate::ops::ByteReduce;
-use crate::schedule::{Buf, Schedule, Slice, Step};
+use crate::schedule::{learned_values, Buf, Schedule, Slice, Step};
 
 /// One virtual rank: its schedule and buffers.
 #[derive(Debug, Clone, Default)]
@@ -40,6 +41,9 @@ pub struct SimRank {
     pub recv: Vec<u8>,
     /// The rank's node (for the inter-node costs).
     pub node: usize,
+    /// The algorithm and arguments that build the second phase of a
+    /// two-phase schedule ([`Schedule::then`]), as the engine's run does.
+    pub then: Option<(BuildFn, Args)>,
 }
 
 /// Costs of the α-β-γ model (seconds, seconds per byte).
@@ -87,6 +91,8 @@ impl Model {
 #[derive(Debug, Clone, Default)]
 pub struct Stats {
     pub messages: usize,
+    /// Messages between ranks of different nodes.
+    pub inter_messages: usize,
     pub bytes: usize,
     pub max_rounds: usize,
     /// Predicted completion time of the slowest rank (model units).
@@ -206,8 +212,17 @@ fn run(
         let mut all_done = true;
         for i in 0..n {
             loop {
+                if let Some(f) = ranks[i].sched.fault {
+                    return Err(format!("rank {i}: learned counts disagree: {f:?}"));
+                }
                 let nrounds = ranks[i].sched.rounds.len();
                 if st[i].round >= nrounds {
+                    if let Some(t) = ranks[i].sched.then {
+                        next_phase(&mut ranks[i], &mut st[i], t, w.data)
+                            .map_err(|e| format!("rank {i}: {e}"))?;
+                        moved = true;
+                        continue;
+                    }
                     break;
                 }
                 all_done = false;
@@ -225,6 +240,9 @@ fn run(
                                     Vec::new()
                                 };
                                 stats.messages += 1;
+                                if w.nodes[i] != w.nodes[*peer] {
+                                    stats.inter_messages += 1;
+                                }
                                 stats.bytes += data.len;
                                 st[i].pending += 1;
                                 pairs.entry((i, *peer)).or_default().sends.push_back(Msg {
@@ -258,6 +276,10 @@ fn run(
                 let mut t = st[i].round_end;
                 for s in &round {
                     match s {
+                        Step::Put { dst, bytes } if w.data => {
+                            buf(&mut ranks[i], &mut st[i], dst.buf)[dst.off..dst.off + dst.len]
+                                .copy_from_slice(bytes);
+                        }
                         Step::Copy { .. } | Step::Reduce { .. } if !w.data => {
                             if let Step::Reduce { src, .. } = s {
                                 t += model.gamma * src.len as f64;
@@ -311,6 +333,32 @@ fn run(
         return Err(format!("unmatched messages from rank {s} to rank {d}"));
     }
     Ok(stats)
+}
+
+/// Replaces rank `r`'s finished first phase by its second, built from
+/// what scratch `t` learned (see [`Schedule::then`]); as the engine's run.
+fn next_phase(r: &mut SimRank, s: &mut RankState, t: u16, data: bool) -> Result<(), String> {
+    if !data {
+        return Err("a two-phase schedule needs its data (simulate, not simulate_model)".into());
+    }
+    let Some((build, mut args)) = r.then.take() else {
+        return Err("a two-phase schedule without its builder".into());
+    };
+    let learned = s
+        .scratch
+        .get(t as usize)
+        .ok_or("learns from a missing scratch")?;
+    args.learned = Some(learned_values(learned));
+    let sched = build(&args);
+    sched
+        .validate(args.rank, args.size, r.send.len(), r.recv.len())
+        .map_err(|e| format!("second phase: {e}"))?;
+    s.scratch = sched.scratch.iter().map(|&l| vec![0xA5u8; l]).collect();
+    r.sched = sched;
+    r.then = Some((build, args));
+    s.round = 0;
+    s.posted = false;
+    Ok(())
 }
 
 fn matchup(

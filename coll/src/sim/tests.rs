@@ -301,12 +301,15 @@ fn check(case: &Case, alg: &Algorithm) -> Result<Stats, String> {
                 }
             }
         };
-        let sched = (alg.schedule().expect("a schedule algorithm"))(&a);
+        let build = alg.schedule().expect("a schedule algorithm");
+        let sched = build(&a);
+        let then = sched.then.map(|_| (build, a));
         ranks.push(SimRank {
             sched,
             send: to_bytes(&send),
             recv: to_bytes(&recv),
             node: case.nodes.get(r).copied().unwrap_or(0),
+            then,
         });
         expect.push(exp);
     }
@@ -528,6 +531,7 @@ fn allreduce_floats_are_bit_identical_on_every_rank() {
                         send: crate::datatype::as_bytes(&v).to_vec(),
                         recv: vec![0; count * 8],
                         node: nodes_for(n, 3)[r],
+                        then: None,
                     }
                 })
                 .collect();
@@ -577,6 +581,7 @@ fn deadlocks_and_mismatches_are_reported() {
                 send: vec![],
                 recv: vec![0],
                 node: 0,
+                then: None,
             }
         })
         .collect();
@@ -596,6 +601,7 @@ fn deadlocks_and_mismatches_are_reported() {
                 send: vec![],
                 recv: vec![0, 0],
                 node: 0,
+                then: None,
             }
         })
         .collect();
@@ -911,6 +917,155 @@ fn two_level_rooted_and_reduce_scatter_in_the_model() {
     assert!(
         two <= flat,
         "reduce_scatter_block 8 B: node_aware {two} vs {name} {flat}"
+    );
+}
+
+#[test]
+fn two_level_v_forms_cross_nodes_once_per_node() {
+    // 8 nodes x 8 ranks, uneven v-counts, root on the fourth node: the
+    // node-aware gatherv and scatterv send each other node's leader its
+    // counts and its blocks (2 x 7 messages across nodes), linear one
+    // message per rank off the root's node (56).
+    let nodes: Vec<usize> = (0..64).map(|r| r / 8).collect();
+    for c in [Collective::Gatherv, Collective::Scatterv] {
+        let across = |alg: &str| {
+            let a = crate::algorithms::find(c, alg).expect("algorithm");
+            let case = Case {
+                c,
+                n: 64,
+                count: 5,
+                root: 27,
+                in_place: false,
+                nodes: nodes.clone(),
+                salt: 11,
+            };
+            check(&case, &a)
+                .unwrap_or_else(|e| panic!("{} {alg}: {e}", c.name()))
+                .inter_messages
+        };
+        assert_eq!(across("node_aware"), 14, "{}", c.name());
+        assert_eq!(across("linear"), 56, "{}", c.name());
+    }
+    // Alltoallv: every leader sends every other leader its count matrix and
+    // one bundle (2 x 8 x 7), linear at least one message per pair of ranks
+    // on different nodes (64 x 56; more where a block exceeds a segment).
+    let a = crate::algorithms::find(Collective::Alltoallv, "node_aware").expect("algorithm");
+    let l = crate::algorithms::find(Collective::Alltoallv, "linear").expect("algorithm");
+    let case = Case {
+        c: Collective::Alltoallv,
+        n: 64,
+        count: 3,
+        root: 0,
+        in_place: false,
+        nodes,
+        salt: 5,
+    };
+    let across = |alg| check(&case, alg).expect("alltoallv").inter_messages;
+    assert_eq!(across(&a), 112);
+    assert!(across(&l) >= 64 * 56);
+}
+
+/// Simulates the node-aware `c` (gatherv, scatterv, alltoallv; both
+/// phases) with each rank's own view of the counts: `sc[s][d]` what s
+/// sends d, `rc[d][s]` what d expects from s (gatherv: d = root;
+/// scatterv: s = root).
+fn node_aware_v_views(
+    c: Collective,
+    nodes: &[usize],
+    root: usize,
+    sc: &[Vec<usize>],
+    rc: &[Vec<usize>],
+) -> Result<Stats, String> {
+    let n = nodes.len();
+    let alg = crate::algorithms::find(c, "node_aware").expect("algorithm");
+    let build = alg.schedule().expect("a schedule");
+    let ranks: Vec<SimRank> = (0..n)
+        .map(|r| {
+            let mut a = Args {
+                rank: r,
+                size: n,
+                root,
+                esize: ES,
+                nodes: nodes.to_vec(),
+                seg: 3,
+                window: 3,
+                ..Args::default()
+            };
+            let (send, recv) = match c {
+                Collective::Gatherv => {
+                    a.count = sc[r][root];
+                    if r == root {
+                        a.counts = rc[root].clone();
+                        a.displs = prefix(&a.counts)[..n].to_vec();
+                    }
+                    (a.count, if r == root { a.counts.iter().sum() } else { 0 })
+                }
+                Collective::Scatterv => {
+                    a.count = rc[r][root];
+                    if r == root {
+                        a.counts = sc[root].clone();
+                        a.displs = prefix(&a.counts)[..n].to_vec();
+                    }
+                    (if r == root { a.counts.iter().sum() } else { 0 }, a.count)
+                }
+                _ => {
+                    a.counts = sc[r].clone();
+                    a.displs = prefix(&a.counts)[..n].to_vec();
+                    a.rcounts = rc[r].clone();
+                    a.rdispls = prefix(&a.rcounts)[..n].to_vec();
+                    (a.counts.iter().sum(), a.rcounts.iter().sum())
+                }
+            };
+            let sched = build(&a);
+            SimRank {
+                then: sched.then.map(|_| (build, a)),
+                sched,
+                send: vec![0; send * ES],
+                recv: vec![0; recv * ES],
+                node: nodes[r],
+            }
+        })
+        .collect();
+    let mut ranks = ranks;
+    simulate(&mut ranks, None, Model::default())
+}
+
+#[test]
+fn node_aware_v_forms_find_counts_that_disagree() {
+    // 6 ranks on 2 nodes of 3 ({0,1,2}, {3,4,5}), blocks of 2 elements.
+    let nodes = [0, 0, 0, 1, 1, 1];
+    let n = nodes.len();
+    let even = vec![vec![2usize; n]; n];
+    for c in [
+        Collective::Gatherv,
+        Collective::Scatterv,
+        Collective::Alltoallv,
+    ] {
+        node_aware_v_views(c, &nodes, 0, &even, &even)
+            .unwrap_or_else(|e| panic!("{} with agreeing counts: {e}", c.name()));
+    }
+    // Scatterv: the leader of the other node (rank 3) expects 3 where the
+    // root sends it 2: its second phase fails the call.
+    let mut rc = even.clone();
+    rc[3][0] = 3;
+    let e = node_aware_v_views(Collective::Scatterv, &nodes, 0, &even, &rc).unwrap_err();
+    assert!(e.contains("disagree"), "{e}");
+    // Gatherv: the leader sends 3: the root's node message is longer.
+    let mut sc = even.clone();
+    sc[3][0] = 3;
+    let e = node_aware_v_views(Collective::Gatherv, &nodes, 0, &sc, &even).unwrap_err();
+    assert!(e.contains("expected"), "{e}");
+    // Alltoallv, a disagreement whose lengths add up: ranks 0 and 1 send
+    // rank 4 3 and 1 elements where it expects 2 from each. The bundle is
+    // as long as expected; the leader of rank 4's node finds it in the
+    // count matrix.
+    let mut sc = even.clone();
+    sc[0][4] = 3;
+    sc[1][4] = 1;
+    let e = node_aware_v_views(Collective::Alltoallv, &nodes, 0, &sc, &even).unwrap_err();
+    assert!(
+        e.contains("disagree") && e.contains("from: 0, to: 4"),
+        "{e}"
     );
 }
 
