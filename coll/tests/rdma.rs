@@ -109,8 +109,9 @@ fn many_to_one_with_few_credits() {
     if !have_rdma() {
         return;
     }
-    // 3 senders into one receiver with 4 receive buffers per peer and
-    // write rendezvous: credits, not RNR retries, pace the senders.
+    // 3 senders into one receiver whose shared receive queue has 16
+    // buffers, and write rendezvous: credits, not RNR retries, pace the
+    // senders.
     let out = run_ok(
         &[
             "-n",
@@ -122,7 +123,7 @@ fn many_to_one_with_few_credits() {
             "-x",
             DEVICES,
             "-x",
-            "IBCOLL_RDMA_RECV_BUFS=4",
+            "IBCOLL_RDMA_SRQ_BUFS=16",
             "-x",
             "IBCOLL_RDMA_SEND_BUFS=2",
             "-x",
@@ -137,6 +138,57 @@ fn many_to_one_with_few_credits() {
         out.contains("anysource: ok (4 ranks)") && out.contains("ring: ok"),
         "{out}"
     );
+}
+
+/// Seven ranks on seven nodes post 400 messages each (eager and
+/// rendezvous) to rank 0 at once, which sleeps first so they all pile up;
+/// its shared receive queue has 16 buffers and RNR retries are off, so a
+/// single message sent without a posted buffer fails the job. Every word
+/// of every message is checked, and the stats show the senders had to
+/// queue for credits (the protocol was exercised, not bypassed).
+#[test]
+fn many_to_one_through_a_16_buffer_srq_without_rnr_retries() {
+    if !have_rdma() {
+        return;
+    }
+    let o = run(
+        &[
+            "-n",
+            "8",
+            "--nodes",
+            "8",
+            "-x",
+            "IBCOLL_TRANSPORT=rdma",
+            "-x",
+            DEVICES,
+            "-x",
+            "IBCOLL_RDMA_SRQ_BUFS=16",
+            "-x",
+            "IBCOLL_RDMA_RNR_RETRY=0",
+            "-x",
+            "IBCOLL_STATS=1",
+        ],
+        "p2p_check",
+        &["manytoone"],
+    );
+    let t = text(&o);
+    assert!(
+        o.status.success() && t.contains("manytoone: ok (8 ranks)"),
+        "{t}"
+    );
+    let lines = stats_lines(&o);
+    assert_eq!(lines.len(), 8, "{t}");
+    let root = lines
+        .iter()
+        .find(|l| l.contains("rank 0 of 8"))
+        .unwrap_or_else(|| panic!("no stats of rank 0: {t}"));
+    eprintln!("{root}");
+    assert!(root.contains("rdma qps rc=7 ud=1"), "{root}");
+    assert_eq!(stat(root, "srq bufs="), 16, "{root}");
+    assert!(stat(root, "credit requests ") > 0, "{root}");
+    for l in &lines {
+        assert_eq!(stat(l, "failed "), 0, "{l}");
+    }
 }
 
 #[test]
