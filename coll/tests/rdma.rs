@@ -228,15 +228,20 @@ fn collectives_over_rdma_if_present() {
 /// `peer_death` as 2 ranks on two virtual nodes over rdma; the victim
 /// SIGKILLs itself with a rendezvous send pending. Returns the survivor's
 /// output and how long it took.
-fn peer_death(extra_env: &[(&str, &str)]) -> (Output, f64) {
-    let job = format!("rdmapd{}{}", std::process::id(), extra_env.len());
+fn peer_death(args: &[&str], extra_env: &[(&str, &str)]) -> (Output, f64) {
+    let job = format!(
+        "rdmapd{}{}{}",
+        std::process::id(),
+        extra_env.len(),
+        args.len()
+    );
     let mut env = vec![
         ("IBCOLL_TRANSPORT", "rdma"),
         ("IBCOLL_IB_DEVICE", "rxe0,rxe1"),
     ];
     env.extend_from_slice(extra_env);
     let t = std::time::Instant::now();
-    let mut children = start_without_launcher("peer_death", &[], &[0, 1], &job, &env, 300);
+    let mut children = start_without_launcher("peer_death", args, &[0, 1], &job, &env, 300);
     let victim = children.pop().expect("victim");
     let survivor = children.pop().expect("survivor");
     let _ = victim.wait_with_output();
@@ -245,9 +250,13 @@ fn peer_death(extra_env: &[(&str, &str)]) -> (Output, f64) {
 }
 
 fn check_survivor(extra_env: &[(&str, &str)], bound_s: f64) {
-    let (out, secs) = peer_death(extra_env);
+    check_survivor_of(&[], extra_env, bound_s);
+}
+
+fn check_survivor_of(args: &[&str], extra_env: &[(&str, &str)], bound_s: f64) -> String {
+    let (out, secs) = peer_death(args, extra_env);
     let o = text(&out);
-    eprintln!("peer death {extra_env:?}: {secs:.1} s\n{o}");
+    eprintln!("peer death {args:?} {extra_env:?}: {secs:.1} s\n{o}");
     assert!(out.status.success(), "survivor failed:\n{o}");
     assert!(
         o.contains("survivor: got expected error") && o.contains("peer lost"),
@@ -255,6 +264,37 @@ fn check_survivor(extra_env: &[(&str, &str)], bound_s: f64) {
     );
     assert!(o.contains("send to dead rank"), "{o}");
     assert!(secs < bound_s, "took {secs:.1} s (bound {bound_s} s):\n{o}");
+    o
+}
+
+/// A sender out of credits because its receiver stopped and died (16
+/// buffers in the receiver's SRQ, 500 messages posted): its wait ends with
+/// PeerLost, found by the pid check, and with the pid check off by the
+/// heartbeat probe (an RDMA write, which needs no credit). The survivor's
+/// stats show it asked for credits (WANT) in vain.
+#[test]
+fn a_sender_starved_of_credits_by_a_dead_peer_gets_peer_lost() {
+    if !have_rdma() {
+        return;
+    }
+    let srq = [("IBCOLL_RDMA_SRQ_BUFS", "16"), ("IBCOLL_STATS", "1")];
+    let heartbeat = [
+        ("IBCOLL_RDMA_SRQ_BUFS", "16"),
+        ("IBCOLL_STATS", "1"),
+        ("IBCOLL_RDMA_PID_CHECK", "off"),
+        ("IBCOLL_PEER_TIMEOUT_MS", "3000"),
+        ("IBCOLL_RDMA_TIMEOUT", "14"),
+        ("IBCOLL_RDMA_RETRY_CNT", "3"),
+    ];
+    for env in [&srq[..], &heartbeat[..]] {
+        let o = check_survivor_of(&["starve"], env, 60.0);
+        let line = o
+            .lines()
+            .find(|l| l.contains("ibcoll stats: rank 0 "))
+            .unwrap_or_else(|| panic!("no stats of rank 0:\n{o}"));
+        let i = line.find("credit requests ").expect("credit requests");
+        assert!(stat(&line[i..], " sent ") > 0, "{line}");
+    }
 }
 
 #[test]
