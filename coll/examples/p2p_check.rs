@@ -1,7 +1,7 @@
 //! Point-to-point semantics checks, run as `p2p_check <check>...` under
 //! ibrun with any number of ranks (checks needing a partner skip when
 //! alone). Checks: anysource order wildcard probe truncate ssend split ring
-//! all.
+//! all, and (not in all) manytoone.
 //! Exits non-zero with a message on the first failure.
 
 use ibcoll::{wait_all, wait_any, Comm, Error, ANY_SOURCE, ANY_TAG, UNDEFINED};
@@ -74,6 +74,55 @@ fn anysource(c: &Comm) {
             m[0] = i;
             ok!(c, c.send(&m, 0, c.rank() as i32));
         }
+    }
+}
+
+/// Word `j` of message `i` from `src` (`manytoone`).
+fn word(src: usize, i: u64, j: usize) -> u64 {
+    ((src as u64) << 48) ^ (i << 24) ^ j as u64 ^ 0x5a5a_0000_0000
+}
+
+/// Every rank > 0 posts all its `per` messages to rank 0 at once
+/// (nonblocking: deep send queues, so senders outrun the receiver's
+/// buffers), rank 0 takes them with ANY_SOURCE after a pause (everything
+/// piles up first), and every word of every message is checked.
+fn manytoone(c: &Comm) {
+    let per = 400u64;
+    let n = c.size();
+    if c.rank() == 0 {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let mut next = vec![0u64; n];
+        let mut buf = vec![0u64; 12_000];
+        for _ in 0..(n as u64 - 1) * per {
+            let st = ok!(c, c.recv(&mut buf, ANY_SOURCE, 9));
+            let src = st.source;
+            check!(c, src > 0 && src < n, "bad source {src}");
+            let i = next[src];
+            let len = st.count::<u64>();
+            check!(
+                c,
+                len == msg_len(i),
+                "from {src}: length {len} for message {i}"
+            );
+            for (j, &w) in buf[..len].iter().enumerate() {
+                check!(
+                    c,
+                    w == word(src, i, j),
+                    "from {src}: message {i} word {j} is {w:#x}, expected {:#x}",
+                    word(src, i, j)
+                );
+            }
+            next[src] += 1;
+        }
+    } else {
+        let me = c.rank();
+        let bufs: Vec<Vec<u64>> = (0..per)
+            .map(|i| (0..msg_len(i)).map(|j| word(me, i, j)).collect())
+            .collect();
+        ibcoll::scope(|s| {
+            let reqs: Vec<_> = bufs.iter().map(|b| ok!(c, c.isend(s, b, 0, 9))).collect();
+            ok!(c, wait_all(reqs));
+        });
     }
 }
 
@@ -469,6 +518,7 @@ fn main() {
     for name in &checks {
         match name.as_str() {
             "anysource" => anysource(&c),
+            "manytoone" => manytoone(&c),
             "order" => order(&c),
             "wildcard" => wildcard(&c),
             "probe" => probe(&c),

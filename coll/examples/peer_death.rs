@@ -10,6 +10,12 @@
 //! no finalize; the kernel closes its sockets just the same). Slurm ends a
 //! whole step as soon as one task dies of a signal, which races the
 //! survivor's report; an abnormal exit does not.
+//!
+//! `peer_death starve`: the survivor is a sender starved of credits. Rank
+//! 0 sends one message, then posts 500 more; rank 1 takes the first, stops
+//! making progress for 300 ms (so it grants no credits: with a small
+//! shared receive queue rank 0 runs out and asks in vain), then kills
+//! itself. Rank 0's wait must end with PeerLost.
 
 fn main() {
     let c = ibcoll::init().unwrap_or_else(|e| {
@@ -20,7 +26,18 @@ fn main() {
         eprintln!("peer_death needs 2 ranks");
         std::process::exit(2);
     }
+    let starve = std::env::args().nth(1).as_deref() == Some("starve");
     match c.rank() {
+        1 if starve => {
+            let mut b = [0u8; 16];
+            c.recv(&mut b, 0, 0).expect("first message");
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            // SAFETY: getpid has no preconditions; SIGKILL ends us here.
+            unsafe {
+                libc::kill(libc::getpid(), libc::SIGKILL);
+            }
+            unreachable!("SIGKILL returned");
+        }
         1 => {
             c.send(&[1u8; 16], 0, 0).expect("send");
             let big = vec![7u8; 16 << 20];
@@ -38,11 +55,27 @@ fn main() {
             })
         }
         0 => {
-            let mut b = [0u8; 16];
-            c.recv(&mut b, 1, 0).expect("first message");
-            let mut never = [0u8; 8];
             let t = std::time::Instant::now();
-            match c.recv(&mut never, 1, 2) {
+            let res = if starve {
+                c.send(&[1u8; 16], 1, 0).expect("first message");
+                let msgs: Vec<[u8; 64]> = (0..500).map(|i| [i as u8; 64]).collect();
+                ibcoll::scope(|s| {
+                    let mut reqs = Vec::new();
+                    for m in &msgs {
+                        match c.isend(s, m, 1, 2) {
+                            Ok(r) => reqs.push(r),
+                            Err(e) => return Err(e),
+                        }
+                    }
+                    ibcoll::wait_all(reqs).map(|_| ())
+                })
+            } else {
+                let mut b = [0u8; 16];
+                c.recv(&mut b, 1, 0).expect("first message");
+                let mut never = [0u8; 8];
+                c.recv(&mut never, 1, 2).map(|_| ())
+            };
+            match res {
                 Err(e) if e.is_peer_lost() && e.peer() == Some(1) => {
                     println!(
                         "survivor: got expected error after {:.2} s: {e}",

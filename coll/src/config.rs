@@ -45,7 +45,7 @@ pub const REGISTRY: &[Entry] = &[
     e("IBCOLL_PEER_TIMEOUT_MS", "10000", "bound on noticing a lost peer: tcp keepalive/user timeout (ms); local peers are checked every IBCOLL_BLOCK_MS"),
     e("IBCOLL_TCP_HOST", "auto", "one address (or a name, resolved here) peers use to reach this rank's tcp listener; auto: chosen by IBCOLL_TCP_IF or the interface rules (docs/ARCHITECTURE.md); peers on the same host and network namespace use 127.0.0.1"),
     e("IBCOLL_TCP_IF", "auto", "interfaces whose addresses this rank publishes for tcp: a comma list of names (eth0) and CIDR blocks (10.251.0.0/24), ^ excludes one (^docker0); auto: the interface that reaches the launcher (ibrun's PMI address, Slurm's launch node), else the first up non-loopback one"),
-    e("IBCOLL_STATS", "0", "1: at finalize every rank prints one line (stderr): connections by transport and how they were made, PMI puts/gets/fences and bytes fetched, registered memory, shm segment bytes, peak RSS"),
+    e("IBCOLL_STATS", "0", "1: at finalize every rank prints one line (stderr): connections by transport and how they were made, PMI puts/gets/fences and bytes fetched, with rdma the queue pairs, rdma handshakes, the shared receive queue (size, fewest buffers posted, credits promised, senders queued for credits, credit requests, grants written or piggybacked) and send buffers, registered memory, shm segment bytes, peak RSS"),
     e("IBCOLL_TCP_BUF_BYTES", "4194304", "SO_SNDBUF/SO_RCVBUF for tcp channels (0 leaves the kernel default)"),
     e("IBCOLL_IB_DEVICE", "auto", "verbs device (rxe0, mlx5_0); a comma list (rxe0,rxe1) means node i uses entry i mod n; auto: first device with an active port and a usable address"),
     e("IBCOLL_IB_PORT", "auto", "verbs port (1-based); auto: the first active one"),
@@ -53,9 +53,8 @@ pub const REGISTRY: &[Entry] = &[
     e("IBCOLL_RDMA_EAGER_LIMIT", "8192", "rdma: largest message (bytes) sent eagerly through the peer's pre-posted receive buffers; this is the rendezvous threshold (larger messages go zero-copy between the registered user buffers)"),
     e("IBCOLL_RDMA_RNDV", "auto", "rdma rendezvous: read (receiver RDMA-reads the sender's buffer, then FIN; one round trip less), write (receiver answers CTS with its buffer, sender RDMA-writes, then DONE), or auto (read up to IBCOLL_RDMA_READ_MAX, write above)"),
     e("IBCOLL_RDMA_READ_MAX", "524288", "rdma, IBCOLL_RDMA_RNDV=auto: largest message (bytes) fetched by RDMA read; larger ones are RDMA-written (many large outstanding reads collapse on Soft-RoCE: measured)"),
-    e("IBCOLL_RDMA_RECV_BUFS", "64", "rdma: receive buffers (of eager limit + 64 bytes) pre-posted per peer = send credits each peer gets (at least 4)"),
-    e("IBCOLL_RDMA_CREDIT_UPDATE", "auto", "rdma: credits owed to a peer that trigger an explicit credit message when no traffic carries them back (auto: recv bufs / 4)"),
-    e("IBCOLL_RDMA_SEND_BUFS", "64", "rdma: registered send buffers per peer for eager messages too large to inline"),
+    e("IBCOLL_RDMA_SRQ_BUFS", "1024", "rdma: eager receive buffers (of eager limit + 72 bytes, 8.1 MiB at the defaults) of the one shared receive queue of the process, whatever the number of peers (8..=65536, at most the device's max_srq_wr); senders get credits out of them on demand (docs/ARCHITECTURE.md)"),
+    e("IBCOLL_RDMA_SEND_BUFS", "256", "rdma: registered send buffers of the process (shared by every peer) for eager messages too large to inline"),
     e("IBCOLL_RDMA_TIMEOUT", "16", "rdma: RC ack timeout exponent (4.096 us * 2^n; 16 = 268 ms, so 8 tries span ~2 s: robust on loaded, emulated hosts); with the retry count it bounds how long a dead peer's QP goes unnoticed"),
     e("IBCOLL_RDMA_RETRY_CNT", "7", "rdma: RC transport retries (0-7) before a send fails with 'transport retry counter exceeded'"),
     e("IBCOLL_RDMA_RNR_RETRY", "7", "rdma: RNR retries (7 = infinite; credits keep receivers from running out of buffers)"),
@@ -126,8 +125,9 @@ pub struct RdmaConfig {
     pub eager_limit: usize,
     pub rndv: RndvMode,
     pub read_max: usize,
-    pub recv_bufs: usize,
-    pub credit_update: usize,
+    /// Receive buffers of the shared receive queue (per process).
+    pub srq_bufs: usize,
+    /// Registered send buffers (per process).
     pub send_bufs: usize,
     pub timeout: u8,
     pub retry_cnt: u8,
@@ -424,13 +424,6 @@ impl RdmaConfig {
             "write" => RndvMode::Write,
             _ => return Err(bad("IBCOLL_RDMA_RNDV", &r, "expected auto, read or write")),
         };
-        let recv_bufs = small("IBCOLL_RDMA_RECV_BUFS", 4, 4096)? as usize;
-        let cu = raw("IBCOLL_RDMA_CREDIT_UPDATE");
-        let credit_update = if cu.trim().eq_ignore_ascii_case("auto") {
-            (recv_bufs / 4).max(1)
-        } else {
-            small("IBCOLL_RDMA_CREDIT_UPDATE", 1, recv_bufs as u64 - 1)? as usize
-        };
         let p = raw("IBCOLL_RDMA_PID_CHECK");
         let pid_check = match p.trim().to_ascii_lowercase().as_str() {
             "on" | "1" | "yes" | "" => true,
@@ -441,9 +434,8 @@ impl RdmaConfig {
             eager_limit,
             rndv,
             read_max: num("IBCOLL_RDMA_READ_MAX")? as usize,
-            recv_bufs,
-            credit_update,
-            send_bufs: small("IBCOLL_RDMA_SEND_BUFS", 2, 4096)? as usize,
+            srq_bufs: small("IBCOLL_RDMA_SRQ_BUFS", 8, 65536)? as usize,
+            send_bufs: small("IBCOLL_RDMA_SEND_BUFS", 2, 65536)? as usize,
             timeout: small("IBCOLL_RDMA_TIMEOUT", 1, 31)? as u8,
             retry_cnt: small("IBCOLL_RDMA_RETRY_CNT", 0, 7)? as u8,
             rnr_retry: small("IBCOLL_RDMA_RNR_RETRY", 0, 7)? as u8,

@@ -109,8 +109,9 @@ fn many_to_one_with_few_credits() {
     if !have_rdma() {
         return;
     }
-    // 3 senders into one receiver with 4 receive buffers per peer and
-    // write rendezvous: credits, not RNR retries, pace the senders.
+    // 3 senders into one receiver whose shared receive queue has 16
+    // buffers, and write rendezvous: credits, not RNR retries, pace the
+    // senders.
     let out = run_ok(
         &[
             "-n",
@@ -122,7 +123,7 @@ fn many_to_one_with_few_credits() {
             "-x",
             DEVICES,
             "-x",
-            "IBCOLL_RDMA_RECV_BUFS=4",
+            "IBCOLL_RDMA_SRQ_BUFS=16",
             "-x",
             "IBCOLL_RDMA_SEND_BUFS=2",
             "-x",
@@ -137,6 +138,57 @@ fn many_to_one_with_few_credits() {
         out.contains("anysource: ok (4 ranks)") && out.contains("ring: ok"),
         "{out}"
     );
+}
+
+/// Seven ranks on seven nodes post 400 messages each (eager and
+/// rendezvous) to rank 0 at once, which sleeps first so they all pile up;
+/// its shared receive queue has 16 buffers and RNR retries are off, so a
+/// single message sent without a posted buffer fails the job. Every word
+/// of every message is checked, and the stats show the senders had to
+/// queue for credits (the protocol was exercised, not bypassed).
+#[test]
+fn many_to_one_through_a_16_buffer_srq_without_rnr_retries() {
+    if !have_rdma() {
+        return;
+    }
+    let o = run(
+        &[
+            "-n",
+            "8",
+            "--nodes",
+            "8",
+            "-x",
+            "IBCOLL_TRANSPORT=rdma",
+            "-x",
+            DEVICES,
+            "-x",
+            "IBCOLL_RDMA_SRQ_BUFS=16",
+            "-x",
+            "IBCOLL_RDMA_RNR_RETRY=0",
+            "-x",
+            "IBCOLL_STATS=1",
+        ],
+        "p2p_check",
+        &["manytoone"],
+    );
+    let t = text(&o);
+    assert!(
+        o.status.success() && t.contains("manytoone: ok (8 ranks)"),
+        "{t}"
+    );
+    let lines = stats_lines(&o);
+    assert_eq!(lines.len(), 8, "{t}");
+    let root = lines
+        .iter()
+        .find(|l| l.contains("rank 0 of 8"))
+        .unwrap_or_else(|| panic!("no stats of rank 0: {t}"));
+    eprintln!("{root}");
+    assert!(root.contains("rdma qps rc=7 ud=1"), "{root}");
+    assert_eq!(stat(root, "srq bufs="), 16, "{root}");
+    assert!(stat(root, "credit requests ") > 0, "{root}");
+    for l in &lines {
+        assert_eq!(stat(l, "failed "), 0, "{l}");
+    }
 }
 
 #[test]
@@ -176,15 +228,20 @@ fn collectives_over_rdma_if_present() {
 /// `peer_death` as 2 ranks on two virtual nodes over rdma; the victim
 /// SIGKILLs itself with a rendezvous send pending. Returns the survivor's
 /// output and how long it took.
-fn peer_death(extra_env: &[(&str, &str)]) -> (Output, f64) {
-    let job = format!("rdmapd{}{}", std::process::id(), extra_env.len());
+fn peer_death(args: &[&str], extra_env: &[(&str, &str)]) -> (Output, f64) {
+    let job = format!(
+        "rdmapd{}{}{}",
+        std::process::id(),
+        extra_env.len(),
+        args.len()
+    );
     let mut env = vec![
         ("IBCOLL_TRANSPORT", "rdma"),
         ("IBCOLL_IB_DEVICE", "rxe0,rxe1"),
     ];
     env.extend_from_slice(extra_env);
     let t = std::time::Instant::now();
-    let mut children = start_without_launcher("peer_death", &[], &[0, 1], &job, &env, 300);
+    let mut children = start_without_launcher("peer_death", args, &[0, 1], &job, &env, 300);
     let victim = children.pop().expect("victim");
     let survivor = children.pop().expect("survivor");
     let _ = victim.wait_with_output();
@@ -193,9 +250,13 @@ fn peer_death(extra_env: &[(&str, &str)]) -> (Output, f64) {
 }
 
 fn check_survivor(extra_env: &[(&str, &str)], bound_s: f64) {
-    let (out, secs) = peer_death(extra_env);
+    check_survivor_of(&[], extra_env, bound_s);
+}
+
+fn check_survivor_of(args: &[&str], extra_env: &[(&str, &str)], bound_s: f64) -> String {
+    let (out, secs) = peer_death(args, extra_env);
     let o = text(&out);
-    eprintln!("peer death {extra_env:?}: {secs:.1} s\n{o}");
+    eprintln!("peer death {args:?} {extra_env:?}: {secs:.1} s\n{o}");
     assert!(out.status.success(), "survivor failed:\n{o}");
     assert!(
         o.contains("survivor: got expected error") && o.contains("peer lost"),
@@ -203,6 +264,37 @@ fn check_survivor(extra_env: &[(&str, &str)], bound_s: f64) {
     );
     assert!(o.contains("send to dead rank"), "{o}");
     assert!(secs < bound_s, "took {secs:.1} s (bound {bound_s} s):\n{o}");
+    o
+}
+
+/// A sender out of credits because its receiver stopped and died (16
+/// buffers in the receiver's SRQ, 500 messages posted): its wait ends with
+/// PeerLost, found by the pid check, and with the pid check off by the
+/// heartbeat probe (an RDMA write, which needs no credit). The survivor's
+/// stats show it asked for credits (WANT) in vain.
+#[test]
+fn a_sender_starved_of_credits_by_a_dead_peer_gets_peer_lost() {
+    if !have_rdma() {
+        return;
+    }
+    let srq = [("IBCOLL_RDMA_SRQ_BUFS", "16"), ("IBCOLL_STATS", "1")];
+    let heartbeat = [
+        ("IBCOLL_RDMA_SRQ_BUFS", "16"),
+        ("IBCOLL_STATS", "1"),
+        ("IBCOLL_RDMA_PID_CHECK", "off"),
+        ("IBCOLL_PEER_TIMEOUT_MS", "3000"),
+        ("IBCOLL_RDMA_TIMEOUT", "14"),
+        ("IBCOLL_RDMA_RETRY_CNT", "3"),
+    ];
+    for env in [&srq[..], &heartbeat[..]] {
+        let o = check_survivor_of(&["starve"], env, 60.0);
+        let line = o
+            .lines()
+            .find(|l| l.contains("ibcoll stats: rank 0 "))
+            .unwrap_or_else(|| panic!("no stats of rank 0:\n{o}"));
+        let i = line.find("credit requests ").expect("credit requests");
+        assert!(stat(&line[i..], " sent ") > 0, "{line}");
+    }
 }
 
 #[test]

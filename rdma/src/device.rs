@@ -11,6 +11,7 @@ use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Environment variable naming the device (`rxe0`, `mlx5_0`).
 pub const ENV_DEVICE: &str = "IBCOLL_IB_DEVICE";
@@ -246,6 +247,10 @@ pub struct DeviceAttr {
     pub max_qp_init_rd_atom: u32,
     /// Multicast groups.
     pub max_mcast_grp: u32,
+    /// Shared receive queues.
+    pub max_srq: u32,
+    /// Receives one shared receive queue can hold posted.
+    pub max_srq_wr: u32,
     /// Firmware version string.
     pub fw_ver: String,
 }
@@ -319,6 +324,47 @@ pub fn devices() -> Vec<DeviceInfo> {
         .collect()
 }
 
+/// An asynchronous event of a device ([`Context::async_event`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AsyncEvent {
+    /// The `ibv_event_type` value.
+    pub kind: u32,
+    /// The address of the object it is about (CQ, QP, SRQ), or the port
+    /// number; only compared, never dereferenced.
+    pub(crate) object: usize,
+}
+
+impl AsyncEvent {
+    /// `IBV_EVENT_SRQ_LIMIT_REACHED`.
+    pub const SRQ_LIMIT_REACHED: u32 = ibv_event_type::IBV_EVENT_SRQ_LIMIT_REACHED as u32;
+
+    /// The event's name (`ibv_event_type_str`'s words).
+    pub fn name(&self) -> &'static str {
+        match self.kind {
+            0 => "CQ error",
+            1 => "local work queue catastrophic error",
+            2 => "invalid request local work queue error",
+            3 => "local access violation work queue error",
+            4 => "communication established",
+            5 => "send queue drained",
+            6 => "path migrated",
+            7 => "path migration request error",
+            8 => "local catastrophic error",
+            9 => "port active",
+            10 => "port error",
+            11 => "LID change",
+            12 => "P_Key change",
+            13 => "SM change",
+            14 => "SRQ catastrophic error",
+            15 => "SRQ limit reached",
+            16 => "last WQE reached",
+            17 => "client reregistration",
+            18 => "GID table change",
+            _ => "unknown event",
+        }
+    }
+}
+
 /// An open device (`ibv_context`). Shared by `Arc`: every object created
 /// from it keeps it alive.
 pub struct Context {
@@ -381,6 +427,8 @@ impl Context {
             max_qp_rd_atom: a.max_qp_rd_atom.max(0) as u32,
             max_qp_init_rd_atom: a.max_qp_init_rd_atom.max(0) as u32,
             max_mcast_grp: a.max_mcast_grp.max(0) as u32,
+            max_srq: a.max_srq.max(0) as u32,
+            max_srq_wr: a.max_srq_wr.max(0) as u32,
             fw_ver: sys::cstr_array(&a.fw_ver),
         };
         Ok(Arc::new(Context { ctx, info, attr }))
@@ -403,6 +451,53 @@ impl Context {
 
     pub(crate) fn dev(&self) -> Option<&str> {
         Some(&self.info.name)
+    }
+
+    /// The next asynchronous event of the device (`ibv_get_async_event`:
+    /// an SRQ's limit reached, a QP's fatal error, a port change), waiting
+    /// at most `timeout` for one; `None` when none came. The event is
+    /// acknowledged before it is returned (its object may be destroyed
+    /// afterwards).
+    pub fn async_event(&self, timeout: Duration) -> Result<Option<AsyncEvent>> {
+        // SAFETY: the context is open for our lifetime.
+        let fd = unsafe { (*self.ctx).async_fd };
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd.
+        let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if rc < 0 {
+            let e = sys::errno();
+            if e == libc::EINTR {
+                return Ok(None);
+            }
+            return Err(Error::verbs("poll(async_fd)", e, self.dev()));
+        }
+        if rc == 0 {
+            return Ok(None);
+        }
+        // SAFETY: plain C struct; zero is a valid value of every field
+        // (event type 0 is IBV_EVENT_CQ_ERR).
+        let mut ev: ibv_async_event = unsafe { std::mem::zeroed() };
+        // SAFETY: the context is open; `ev` is a valid out-pointer; the fd
+        // is readable, so this does not block.
+        let rc = unsafe { ibv_get_async_event(self.ctx, &mut ev) };
+        if rc != 0 {
+            return Err(Error::last_os("ibv_get_async_event", self.dev()));
+        }
+        // The type is read as the integer the provider wrote, so a value
+        // this binding's enum lacks is not undefined behaviour.
+        // SAFETY: `event_type` is a repr(u32) field of `ev`.
+        let kind = unsafe { std::ptr::addr_of!(ev.event_type).cast::<u32>().read() };
+        // SAFETY: every member of the union is pointer-sized or smaller and
+        // was written by the provider; the pointer is only compared.
+        let object = unsafe { ev.element.srq } as usize;
+        // SAFETY: acknowledging the event we received, once.
+        unsafe { ibv_ack_async_event(&mut ev) };
+        Ok(Some(AsyncEvent { kind, object }))
     }
 
     pub(crate) fn ctx(&self) -> Ctx {

@@ -224,8 +224,34 @@ impl RcEndpoint {
             ));
         }
         let qp = QueuePair::new(pd, send_cq, recv_cq, QpType::Rc, cfg.caps)?;
+        Ok(Self::from_qp(port, qp, cfg))
+    }
+
+    /// Create the RC QP (in RESET) on `port`, taking its receives from the
+    /// shared receive queue `srq` (post them there; `cfg.caps`'s receive
+    /// sizes are ignored).
+    pub fn with_srq(
+        port: &SelectedPort,
+        pd: &Arc<ProtectionDomain>,
+        send_cq: &Arc<CompletionQueue>,
+        recv_cq: &Arc<CompletionQueue>,
+        srq: &Arc<SharedReceiveQueue>,
+        cfg: RcConfig,
+    ) -> Result<RcEndpoint> {
+        if !Arc::ptr_eq(pd.context(), &port.context) {
+            return Err(Error::invalid(
+                "RcEndpoint::with_srq",
+                "PD and port belong to different devices",
+                Some(port.context.name()),
+            ));
+        }
+        let qp = QueuePair::with_srq(pd, send_cq, recv_cq, srq, QpType::Rc, cfg.caps)?;
+        Ok(Self::from_qp(port, qp, cfg))
+    }
+
+    fn from_qp(port: &SelectedPort, qp: QueuePair, cfg: RcConfig) -> RcEndpoint {
         let psn = cfg.psn.unwrap_or_else(|| default_psn(qp.qpn())) & 0xff_ffff;
-        Ok(RcEndpoint {
+        RcEndpoint {
             port: port.clone(),
             qp,
             cfg,
@@ -236,7 +262,7 @@ impl RcEndpoint {
             since_signal: 0,
             signaled: VecDeque::new(),
             recent: VecDeque::new(),
-        })
+        }
     }
 
     /// What the peer needs to connect to us.

@@ -6,12 +6,14 @@
 //!   `IBCOLL_IB_GID_INDEX`).
 //! * [`verbs`]: RAII wrappers — [`ProtectionDomain`], [`CompletionChannel`],
 //!   [`CompletionQueue`], [`MemoryRegion`], [`RegisteredBuffer`],
-//!   [`QueuePair`] (RC and UD), [`AddressHandle`]. Parents are held by `Arc`
+//!   [`QueuePair`] (RC and UD), [`SharedReceiveQueue`], [`AddressHandle`]. Parents are held by `Arc`
 //!   so they outlive their children.
 //! * [`endpoint`]: [`RcEndpoint`] and its exchangeable [`QpInfo`].
 //! * [`ud`]: [`UdEndpoint`], the process's datagram QP (address handles
 //!   cached per peer, datagrams up to the path MTU) and its [`UdAddr`].
-//! * [`eager`]: receive slot pools and credit accounting.
+//! * [`eager`]: the shared receive queue's slots ([`SrqPool`]), shared send
+//!   slots, the per-connection flow words peers RDMA-write, and per-pair
+//!   receive pools with credit accounting.
 //! * [`cache`] + [`mem`]: the registration cache and the release
 //!   notifications that keep it from ever serving a stale registration.
 //! * [`mcast`]: multicast groups (MGID per job and communicator, attach,
@@ -40,10 +42,12 @@ pub mod verbs;
 
 pub use cache::{CacheStats, RegCache, RegCacheConfig};
 pub use device::{
-    best_roce_gid, devices, format_gid_table, Context, DeviceAttr, DeviceInfo, DeviceSelection,
-    Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState, SelectedPort,
+    best_roce_gid, devices, format_gid_table, AsyncEvent, Context, DeviceAttr, DeviceInfo,
+    DeviceSelection, Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState, SelectedPort,
 };
-pub use eager::{Credits, RecvPool};
+pub use eager::{
+    bye_word, grant_word, Credits, FlowWords, RecvPool, SendSlots, SrqPool, FLOW_WORD_LEN,
+};
 pub use endpoint::{QpInfo, RcConfig, RcEndpoint};
 pub use error::{Ctx, Error, Result};
 pub use mcast::{group_gid, McastGroup};
@@ -52,5 +56,6 @@ pub use ud::{Datagram, UdAddr, UdConfig, UdEndpoint, UdStats};
 pub use verbs::{
     status_str, Access, AddressHandle, AhAttr, CompletionChannel, CompletionQueue, Grh,
     MemoryRegion, ProtectionDomain, QpCaps, QpType, QueuePair, RcConnectAttr, RegisteredBuffer,
-    RemoteBuf, SendFlags, SendOp, SendWr, Sge, UdDest, WcOpcode, WorkCompletion,
+    RemoteBuf, SendFlags, SendOp, SendWr, Sge, SharedReceiveQueue, UdDest, WcOpcode,
+    WorkCompletion,
 };

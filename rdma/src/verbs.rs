@@ -10,7 +10,7 @@
 //! request's completion has been polled. Inline sends copy at post time and
 //! are safe.
 
-use crate::device::{Context, Gid, Mtu};
+use crate::device::{AsyncEvent, Context, Gid, Mtu};
 use crate::error::{Ctx, Error, Result};
 use rdma_sys::*;
 use std::fmt;
@@ -942,6 +942,206 @@ impl Drop for AddressHandle {
     }
 }
 
+// ------------------------------------------------------------------ SRQ
+
+/// A shared receive queue: one pool of posted receives that every RC queue
+/// pair made on it ([`QueuePair::with_srq`]) consumes from, so receive
+/// buffers are per process, not per connection. A receive completion
+/// names the queue pair it arrived on (`qp_num`) and the `wr_id` of the
+/// buffer it filled.
+///
+/// The registered memory its receives point into can be handed to the SRQ
+/// ([`new`](Self::new)'s `mem`): it is then deregistered only after the SRQ
+/// is destroyed, which happens only after the last queue pair using it
+/// (each holds an `Arc`), so the device can never write into freed memory.
+pub struct SharedReceiveQueue {
+    pub(crate) srq: *mut ibv_srq,
+    pd: Arc<ProtectionDomain>,
+    max_wr: u32,
+    /// Dropped (deregistered, freed) after `Drop::drop` destroyed the SRQ.
+    mem: Option<RegisteredBuffer>,
+}
+
+// SAFETY: ibv_post_srq_recv/ibv_modify_srq are thread-safe in libibverbs
+// providers (they lock internally); the wrapper holds no thread-affine
+// state, and `mem` is Send + Sync.
+unsafe impl Send for SharedReceiveQueue {}
+// SAFETY: as above.
+unsafe impl Sync for SharedReceiveQueue {}
+
+impl SharedReceiveQueue {
+    /// `ibv_create_srq` with room for `max_wr` posted receives of one SGE
+    /// each (at most the device's `max_srq_wr`), owning `mem` (the memory
+    /// its receives will point into) if given.
+    pub fn new(
+        pd: &Arc<ProtectionDomain>,
+        max_wr: u32,
+        mem: Option<RegisteredBuffer>,
+    ) -> Result<Arc<SharedReceiveQueue>> {
+        let dev_max = pd.ctx.attr().max_srq_wr;
+        if max_wr == 0 || (dev_max > 0 && max_wr > dev_max) {
+            return Err(Error::invalid(
+                "ibv_create_srq",
+                format!("{max_wr} receives wanted, the device allows 1..={dev_max}"),
+                pd.ctx.dev(),
+            ));
+        }
+        if let Some(m) = &mem {
+            if !Arc::ptr_eq(m.mr().pd(), pd) {
+                return Err(Error::invalid(
+                    "ibv_create_srq",
+                    "its memory is registered with another protection domain",
+                    pd.ctx.dev(),
+                ));
+            }
+        }
+        // SAFETY: plain C struct; zero is valid.
+        let mut init: ibv_srq_init_attr = unsafe { std::mem::zeroed() };
+        init.attr.max_wr = max_wr;
+        init.attr.max_sge = 1;
+        // SAFETY: the PD is alive (held below); `init` is initialised.
+        let srq = unsafe { ibv_create_srq(pd.pd, &mut init) };
+        if srq.is_null() {
+            return Err(Error::last_os("ibv_create_srq", pd.ctx.dev()));
+        }
+        Ok(Arc::new(SharedReceiveQueue {
+            srq,
+            pd: pd.clone(),
+            // The provider may round up; it reports the real size back.
+            max_wr: init.attr.max_wr.max(max_wr),
+            mem,
+        }))
+    }
+
+    /// Receives it can hold posted at once.
+    pub fn max_wr(&self) -> u32 {
+        self.max_wr
+    }
+
+    /// The PD.
+    pub fn pd(&self) -> &Arc<ProtectionDomain> {
+        &self.pd
+    }
+
+    /// The memory it owns (see [`new`](Self::new)).
+    pub fn mem(&self) -> Option<&RegisteredBuffer> {
+        self.mem.as_ref()
+    }
+
+    fn dev(&self) -> Option<&str> {
+        self.pd.ctx.dev()
+    }
+
+    /// Arms the limit event: once fewer than `limit` receives are posted,
+    /// the device raises `IBV_EVENT_SRQ_LIMIT_REACHED` once (on the
+    /// context's async event queue, [`Context::async_event`]) and disarms;
+    /// 0 disarms.
+    pub fn arm_limit(&self, limit: u32) -> Result<()> {
+        let mut a = ibv_srq_attr {
+            max_wr: 0,
+            max_sge: 0,
+            srq_limit: limit,
+        };
+        // SAFETY: the SRQ is alive; `a` is initialised for the masked field.
+        let rc = unsafe {
+            ibv_modify_srq(
+                self.srq,
+                &mut a,
+                ibv_srq_attr_mask::IBV_SRQ_LIMIT.0 as std::os::raw::c_int,
+            )
+        };
+        if rc != 0 {
+            return Err(Error::verbs("ibv_modify_srq(limit)", rc.abs(), self.dev()));
+        }
+        Ok(())
+    }
+
+    /// `ibv_query_srq`: (max_wr, armed limit).
+    pub fn query(&self) -> Result<(u32, u32)> {
+        // SAFETY: plain C struct; zero is valid.
+        let mut a: ibv_srq_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: the SRQ is alive; `a` is a valid out-pointer.
+        let rc = unsafe { ibv_query_srq(self.srq, &mut a) };
+        if rc != 0 {
+            return Err(Error::verbs("ibv_query_srq", rc.abs(), self.dev()));
+        }
+        Ok((a.max_wr, a.srq_limit))
+    }
+
+    /// True when `event` ([`Context::async_event`]) is about this SRQ.
+    pub fn is_event_source(&self, event: &AsyncEvent) -> bool {
+        event.object == self.srq as usize
+    }
+
+    /// Post many single-SGE receives, one `ibv_post_srq_recv` call per 32.
+    ///
+    /// # Safety
+    /// Every SGE must be covered by a live registration with `LOCAL_WRITE`
+    /// of this SRQ's PD, and the memory must stay valid and unaliased by
+    /// Rust references until the receive completes (or is flushed) and has
+    /// been polled, or the SRQ is destroyed (memory the SRQ owns, `mem`,
+    /// lives exactly that long).
+    pub unsafe fn post_recvs(&self, items: &[(u64, Sge)]) -> Result<()> {
+        const CHUNK: usize = 32;
+        for chunk in items.chunks(CHUNK) {
+            // SAFETY: plain C structs; zero is valid.
+            let mut raw: [ibv_recv_wr; CHUNK] =
+                std::array::from_fn(|_| unsafe { std::mem::zeroed() });
+            let mut sg: [Sge; CHUNK] = [Sge {
+                addr: 0,
+                len: 0,
+                lkey: 0,
+            }; CHUNK];
+            let n = chunk.len();
+            for (i, (id, s)) in chunk.iter().enumerate() {
+                sg[i] = *s;
+                raw[i].wr_id = *id;
+                raw[i].num_sge = 1;
+            }
+            for i in 0..n {
+                raw[i].sg_list = (&mut sg[i] as *mut Sge).cast::<ibv_sge>();
+                if i + 1 < n {
+                    let next: *mut ibv_recv_wr = &mut raw[i + 1];
+                    raw[i].next = next;
+                }
+            }
+            let mut bad = ptr::null_mut();
+            // SAFETY: a well-formed NULL-terminated chain of `n` WRs whose
+            // SGE arrays live on this stack frame for the call (the provider
+            // copies them into the queue); the caller upholds the memory
+            // contract. `ibv_post_srq_recv` is an inline that calls the
+            // provider through the context's ops table, which is set for
+            // every context that could make this SRQ.
+            let rc = unsafe { ibv_post_srq_recv(self.srq, raw.as_mut_ptr(), &mut bad) };
+            if rc != 0 {
+                return Err(Error::verbs("ibv_post_srq_recv", rc.abs(), self.dev()));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for SharedReceiveQueue {
+    fn drop(&mut self) {
+        // SAFETY: created by us and destroyed once; every QP made on it
+        // holds an Arc, so none is left (destroying an SRQ that QPs still
+        // use fails with EBUSY). `mem` is dropped after this, so the
+        // device never writes deregistered memory.
+        unsafe { ibv_destroy_srq(self.srq) };
+    }
+}
+
+impl fmt::Debug for SharedReceiveQueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "SharedReceiveQueue({}, max_wr {})",
+            self.pd.ctx.name(),
+            self.max_wr
+        )
+    }
+}
+
 // ------------------------------------------------------------------- QP
 
 /// Transport type of a queue pair.
@@ -1101,6 +1301,9 @@ pub struct QueuePair {
     recv_cq: Arc<CompletionQueue>,
     qp_type: QpType,
     caps: QpCaps,
+    /// The shared receive queue its receives come from, if any (released
+    /// after the QP is destroyed).
+    srq: Option<Arc<SharedReceiveQueue>>,
 }
 
 // SAFETY: ibv_post_send/recv and ibv_modify_qp are thread-safe in libibverbs
@@ -1118,10 +1321,48 @@ impl QueuePair {
         qp_type: QpType,
         caps: QpCaps,
     ) -> Result<QueuePair> {
+        Self::make(pd, send_cq, recv_cq, qp_type, caps, None)
+    }
+
+    /// `ibv_create_qp` of a queue pair whose receives come from `srq`
+    /// (`caps.max_recv_wr`/`max_recv_sge` are ignored: it has no receive
+    /// queue of its own, and [`post_recv`](Self::post_recv) fails on it).
+    /// Receive completions go to `recv_cq` and carry this QP's number.
+    pub fn with_srq(
+        pd: &Arc<ProtectionDomain>,
+        send_cq: &Arc<CompletionQueue>,
+        recv_cq: &Arc<CompletionQueue>,
+        srq: &Arc<SharedReceiveQueue>,
+        qp_type: QpType,
+        caps: QpCaps,
+    ) -> Result<QueuePair> {
+        if !Arc::ptr_eq(srq.pd(), pd) {
+            return Err(Error::invalid(
+                "ibv_create_qp",
+                "the shared receive queue belongs to another protection domain",
+                pd.ctx.dev(),
+            ));
+        }
+        Self::make(pd, send_cq, recv_cq, qp_type, caps, Some(srq))
+    }
+
+    fn make(
+        pd: &Arc<ProtectionDomain>,
+        send_cq: &Arc<CompletionQueue>,
+        recv_cq: &Arc<CompletionQueue>,
+        qp_type: QpType,
+        mut caps: QpCaps,
+        srq: Option<&Arc<SharedReceiveQueue>>,
+    ) -> Result<QueuePair> {
         // SAFETY: plain C struct; zero is valid.
         let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
         init.send_cq = send_cq.cq;
         init.recv_cq = recv_cq.cq;
+        if let Some(srq) = srq {
+            init.srq = srq.srq;
+            caps.max_recv_wr = 0;
+            caps.max_recv_sge = 0;
+        }
         init.qp_type = match qp_type {
             QpType::Rc => ibv_qp_type::IBV_QPT_RC,
             QpType::Ud => ibv_qp_type::IBV_QPT_UD,
@@ -1133,7 +1374,7 @@ impl QueuePair {
             max_recv_sge: caps.max_recv_sge,
             max_inline_data: caps.max_inline_data,
         };
-        // SAFETY: PD and CQs are alive (held below); `init` initialised.
+        // SAFETY: PD, CQs and SRQ are alive (held below); `init` initialised.
         let qp = unsafe { ibv_create_qp(pd.pd, &mut init) };
         if qp.is_null() {
             return Err(Error::last_os("ibv_create_qp", pd.ctx.dev()));
@@ -1152,7 +1393,13 @@ impl QueuePair {
                 max_recv_sge: c.max_recv_sge,
                 max_inline_data: c.max_inline_data,
             },
+            srq: srq.cloned(),
         })
+    }
+
+    /// The shared receive queue its receives come from, if any.
+    pub fn srq(&self) -> Option<&Arc<SharedReceiveQueue>> {
+        self.srq.as_ref()
     }
 
     /// QP number.
@@ -1446,6 +1693,7 @@ impl QueuePair {
     /// and the memory must stay valid and unaliased by Rust references until
     /// the receive completes (or is flushed) and has been polled.
     pub unsafe fn post_recv(&self, wr_id: u64, sges: &[Sge]) -> Result<()> {
+        self.no_srq("ibv_post_recv")?;
         if sges.len() == 1 {
             // SAFETY: forwarded contract.
             return unsafe { self.post_recvs(&[(wr_id, sges[0])]) };
@@ -1470,12 +1718,27 @@ impl QueuePair {
     /// # Safety
     /// As for [`post_recv`](Self::post_recv), for every entry.
     pub unsafe fn post_recvs(&self, items: &[(u64, Sge)]) -> Result<()> {
+        self.no_srq("ibv_post_recv")?;
         if items.len() <= 8 {
             // SAFETY: forwarded contract.
             return unsafe { self.post_recvs_n::<8>(items) };
         }
         // SAFETY: forwarded contract.
         unsafe { self.post_recvs_n::<32>(items) }
+    }
+
+    fn no_srq(&self, op: &'static str) -> Result<()> {
+        if self.srq.is_some() {
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "qpn {:#x} takes its receives from a shared receive queue: post them there",
+                    self.qpn()
+                ),
+                self.dev(),
+            ));
+        }
+        Ok(())
     }
 
     /// [`post_recvs`](Self::post_recvs) in chains of at most `CHUNK` WRs.
@@ -1590,8 +1853,8 @@ impl QueuePair {
 
 impl Drop for QueuePair {
     fn drop(&mut self) {
-        // SAFETY: created by us, destroyed once; the CQs/PD it uses are kept
-        // alive by our Arcs until after this call.
+        // SAFETY: created by us, destroyed once; the CQs/PD/SRQ it uses are
+        // kept alive by our Arcs until after this call.
         unsafe { ibv_destroy_qp(self.qp) };
     }
 }

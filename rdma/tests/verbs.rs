@@ -763,3 +763,115 @@ fn cq_resize_grows_and_keeps_completions() {
     assert_eq!(&buf.as_mut_slice()[..4], b"grow");
     assert!(b.rcq.resize(max.saturating_add(1)).is_err());
 }
+
+/// One shared receive queue on the receiving device serves two RC queue
+/// pairs: every receive completion names the QP it came on and the slot it
+/// filled, content arrives intact, the SRQ's limit event fires once fewer
+/// receives than the limit are posted, reposted slots are used again, and a
+/// QP on an SRQ refuses receives of its own.
+#[test]
+fn srq_serves_many_queue_pairs() {
+    let Some(names) = device_names("srq_serves_many_queue_pairs") else {
+        return;
+    };
+    let (rdev, sdev) = (names[0].clone(), names.get(1).unwrap_or(&names[0]).clone());
+    let port = DeviceSelection {
+        device: Some(rdev),
+        ..Default::default()
+    }
+    .select()
+    .expect("select");
+    let ctx = port.context.clone();
+    assert!(ctx.attr().max_srq > 0, "{} has no SRQ support", ctx.name());
+    let pd = ProtectionDomain::new(&ctx).unwrap();
+    let cq = CompletionQueue::new(&ctx, 256, None).unwrap();
+    const SLOTS: usize = 8;
+    const SLOT: usize = 256;
+    const BASE: u64 = 5000;
+    let pool = SrqPool::new(&pd, SLOT, SLOTS, BASE).unwrap();
+    // Whole pages are registered.
+    assert!(pool.registered_bytes() >= SLOTS * SLOT);
+    let cfg = RcConfig::default();
+    let mut recv: Vec<RcEndpoint> = (0..2)
+        .map(|_| RcEndpoint::with_srq(&port, &pd, &cq, &cq, pool.srq(), cfg).unwrap())
+        .collect();
+    let mut send: Vec<Side> = (0..2).map(|_| side(&sdev, cfg)).collect();
+    for (r, s) in recv.iter_mut().zip(send.iter_mut()) {
+        let (ri, si) = (r.local_info(), s.ep.local_info());
+        r.connect(&si).unwrap();
+        s.ep.connect(&ri).unwrap();
+    }
+    // A QP on an SRQ has no receive queue of its own.
+    let mut spare = RegisteredBuffer::new(&pd, 64, Access::LOCAL_WRITE).unwrap();
+    // SAFETY: the call is refused before anything is posted.
+    let refused = unsafe { recv[0].post_recvs(&[(1, spare.sge(0, 64).unwrap())]) };
+    assert!(refused.is_err(), "post_recv on an SRQ queue pair must fail");
+    let _ = spare.as_mut_slice();
+    pool.srq().arm_limit(4).unwrap();
+    assert_eq!(pool.srq().query().unwrap().1, 4);
+    let msg = |qp: usize, i: u32| pattern((qp * 100) as u8 + i as u8, 20 + i as usize * 7);
+    // Two rounds of 6 messages (3 per QP): 6 of 8 slots in use, so the
+    // count drops below the limit of 4 in the first round.
+    let mut wcs: [WorkCompletion; 16] = Default::default();
+    let mut seen_slots = std::collections::HashSet::new();
+    for round in 0..2u32 {
+        for i in 0..3u32 {
+            for (q, s) in send.iter_mut().enumerate() {
+                let n = round * 3 + i;
+                // At most 55 bytes: inline on every device (64 or more).
+                s.ep.send_inline(u64::from(n), &msg(q, n), SendOp::SendImm(n), true)
+                    .unwrap();
+            }
+        }
+        let mut got: Vec<Vec<u32>> = vec![Vec::new(); 2];
+        let mut slots = Vec::new();
+        let start = Instant::now();
+        while slots.len() < 6 {
+            assert!(start.elapsed() < WAIT, "round {round}: {got:?}");
+            let n = cq.poll(&mut wcs).unwrap();
+            for wc in &wcs[..n] {
+                assert!(wc.is_success(), "{wc:?}");
+                let q = recv
+                    .iter()
+                    .position(|r| r.qp().qpn() == wc.qp_num())
+                    .expect("a completion of one of our QPs");
+                let slot = pool.slot_of(wc.wr_id()).expect("one of the pool's slots");
+                let i = wc.imm_data().expect("imm");
+                // SAFETY: the slot's completion was just polled and it is
+                // reposted only after this slice is dropped.
+                let data = unsafe { pool.data(slot, wc.byte_len() as usize) };
+                assert_eq!(data, &msg(q, i)[..], "QP {q} message {i}");
+                got[q].push(i);
+                slots.push(slot);
+                seen_slots.insert(slot);
+            }
+        }
+        for s in send.iter_mut() {
+            s.ep.drain_sends(WAIT).unwrap();
+        }
+        let want: Vec<u32> = (round * 3..round * 3 + 3).collect();
+        assert_eq!(got, vec![want.clone(), want], "in order per QP");
+        if round == 0 {
+            let mut ev = None;
+            let start = Instant::now();
+            while ev.is_none() && start.elapsed() < Duration::from_secs(10) {
+                ev = ctx
+                    .async_event(Duration::from_millis(500))
+                    .unwrap()
+                    .filter(|e| pool.srq().is_event_source(e));
+            }
+            let ev = ev.expect("SRQ limit event within 10 s");
+            assert_eq!(ev.kind, AsyncEvent::SRQ_LIMIT_REACHED, "{}", ev.name());
+            // The event disarmed the limit.
+            assert_eq!(pool.srq().query().unwrap().1, 0);
+        }
+        // SAFETY: each slot's completion was polled and its data read above.
+        unsafe { pool.repost(&slots) }.unwrap();
+    }
+    // Slots consumed in round 0 were reposted and some of them reused.
+    assert!(seen_slots.len() <= SLOTS);
+    eprintln!(
+        "srq_serves_many_queue_pairs: 12 messages over 2 QPs through {} SRQ slots",
+        seen_slots.len()
+    );
+}

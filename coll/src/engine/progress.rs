@@ -261,7 +261,9 @@ impl Engine {
             _ => timeout,
         };
         // So do rdma handshakes waiting to resend.
-        let timeout = if self.rdma.as_ref().is_some_and(|r| !r.hs.is_empty()) {
+        // And senders out of credits, resending WANT.
+        let timeout = if self.rdma.as_ref().is_some_and(|r| !r.hs.is_empty()) || self.rdma_stalled()
+        {
             timeout.min(Duration::from_millis(10))
         } else {
             timeout

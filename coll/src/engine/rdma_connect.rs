@@ -15,13 +15,14 @@ use std::time::Instant;
 use super::card::Card;
 use super::Engine;
 use crate::transport::rdma::{Handshake, RdmaChannel, RdmaNet};
-use crate::transport::rdma_cm::{keep_request, retry_after, Kind, Msg, MSG_LEN};
+use crate::transport::rdma_cm::{keep_request, retry_after, Flow, Kind, Msg, MSG_LEN};
 use crate::transport::tcp_connect::Connecting;
 use crate::transport::{Channel, Health};
-use ibcoll_rdma::{QpInfo, UdAddr};
+use ibcoll_rdma::UdAddr;
 
 impl RdmaNet {
-    fn msg(&self, kind: Kind, to: usize, qp: QpInfo) -> [u8; MSG_LEN] {
+    fn msg(&self, kind: Kind, to: usize, ch: &RdmaChannel) -> [u8; MSG_LEN] {
+        let (word, grant) = ch.flow_offer();
         Msg {
             kind,
             job: self.job,
@@ -30,7 +31,9 @@ impl RdmaNet {
             pid: self.pid,
             host: self.host,
             ud: self.ud.local_addr(),
-            qp,
+            qp: ch.local_info(),
+            word,
+            grant,
         }
         .encode()
     }
@@ -90,7 +93,7 @@ impl Engine {
             Ok(c) => c,
             Err(e) => return self.cm_failed(format!("cannot make a queue pair for it: {e}")),
         };
-        let msg = r.msg(Kind::Req, peer, ch.local_info());
+        let msg = r.msg(Kind::Req, peer, &ch);
         r.stats.requested += 1;
         r.start(peer, true, msg, dst);
         r.bind_qp(ch.qpn(), peer);
@@ -108,9 +111,12 @@ impl Engine {
         let inbox = &mut r.inbox;
         // A failed UD completion is a lost datagram: the resend timer
         // covers it.
+        let flows = &mut r.flows;
         let _ = r.ud.poll(|d| {
             if let Some(m) = Msg::decode(d.data) {
                 inbox.push(m);
+            } else if let Some(f) = Flow::decode(d.data) {
+                flows.push(f);
             }
         });
         let mut n = 0;
@@ -122,10 +128,20 @@ impl Engine {
         if let Some(r) = self.rdma.as_mut() {
             r.inbox = msgs;
         }
+        if self.rdma.as_ref().is_some_and(|r| !r.flows.is_empty()) {
+            let mut flows = std::mem::take(&mut self.rdma.as_mut().expect("checked").flows);
+            for f in flows.drain(..) {
+                self.on_flow(&f);
+                n += 1;
+            }
+            if let Some(r) = self.rdma.as_mut() {
+                r.flows = flows;
+            }
+        }
         if self.rdma.as_ref().is_some_and(|r| !r.hs.is_empty()) {
             n += self.step_handshakes();
         }
-        n
+        n + self.progress_rdma_flow()
     }
 
     fn on_cm(&mut self, m: &Msg) {
@@ -163,7 +179,7 @@ impl Engine {
                     // Our REP was lost: answer again (a stale REQ for
                     // another QP is ignored).
                     if c.remote_qpn() == Some(m.qp.qpn) {
-                        let rep = r.msg(Kind::Rep, peer, c.local_info());
+                        let rep = r.msg(Kind::Rep, peer, c);
                         if let Err(e) = r.send(&m.ud, &rep) {
                             c.fail(e);
                             self.health_dirty = true;
@@ -175,12 +191,12 @@ impl Engine {
                 if !keep_request(me, peer) {
                     return;
                 }
-                if let Err(e) = c.connect(&m.qp) {
+                if let Err(e) = c.connect(m) {
                     c.fail(e);
                     self.health_dirty = true;
                     return;
                 }
-                let rep = r.msg(Kind::Rep, peer, c.local_info());
+                let rep = r.msg(Kind::Rep, peer, c);
                 r.stats.answered += 1;
                 r.start(peer, false, rep, m.ud);
             }
@@ -188,12 +204,12 @@ impl Engine {
             None => {
                 let pid = (m.host == host && pid_check).then_some(m.pid);
                 let made = RdmaChannel::open(r.ctx.clone(), peer, pid).and_then(|mut c| {
-                    c.connect(&m.qp)?;
+                    c.connect(m)?;
                     Ok(c)
                 });
                 match made {
                     Ok(c) => {
-                        let rep = r.msg(Kind::Rep, peer, c.local_info());
+                        let rep = r.msg(Kind::Rep, peer, &c);
                         r.stats.answered += 1;
                         r.start(peer, false, rep, m.ud);
                         r.bind_qp(c.qpn(), peer);
@@ -220,7 +236,7 @@ impl Engine {
             return;
         }
         if !c.is_connected() {
-            if let Err(e) = c.connect(&m.qp) {
+            if let Err(e) = c.connect(m) {
                 c.fail(e);
                 self.health_dirty = true;
                 return;
@@ -230,7 +246,7 @@ impl Engine {
             return;
         }
         // (Again, when the REP is repeated: our RDY was lost.)
-        let rdy = r.msg(Kind::Rdy, peer, c.local_info());
+        let rdy = r.msg(Kind::Rdy, peer, c);
         if let Err(e) = r.send(&m.ud, &rdy) {
             c.fail(e);
             self.health_dirty = true;

@@ -77,9 +77,31 @@ impl Engine {
         let verbs = match &self.rdma {
             Some(r) => {
                 let c = &r.stats;
+                let flow = match r.ctx.shared.borrow().as_ref() {
+                    Some(sh) => {
+                        let f = &sh.ledger.stats;
+                        format!(
+                            "srq bufs={} (one for all qps; posted now {} low {}, promised now {}, senders queued now {} max {}, \
+                             credit requests {} sent {}, grants written {} piggybacked {}); send bufs={} (free low {}); ",
+                            sh.ledger.total(),
+                            sh.ledger.posted(),
+                            f.low_posted,
+                            sh.ledger.promised(),
+                            sh.ledger.waiting(),
+                            f.fifo_max,
+                            f.starved,
+                            r.flow_stats.wants,
+                            f.writes,
+                            f.piggybacked,
+                            sh.slots.count(),
+                            sh.slots.low_water(),
+                        )
+                    }
+                    None => "srq bufs=0; ".to_string(),
+                };
                 format!(
                     "rdma qps rc={rdma} ud=1, handshakes={} (requested {}, answered {}, failed {}, resent {}, \
-                     first message avg {} us max {} us); rc cq entries={} (one for all qps); ",
+                     first message avg {} us max {} us); rc cq entries={} (one for all qps); {flow}",
                     c.completed,
                     c.requested,
                     c.answered,

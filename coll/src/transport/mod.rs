@@ -15,6 +15,7 @@ pub(crate) mod local;
 pub mod netif;
 pub(crate) mod rdma;
 pub(crate) mod rdma_cm;
+pub(crate) mod rdma_flow;
 pub(crate) mod shm;
 pub(crate) mod tcp;
 pub(crate) mod tcp_connect;

@@ -14,6 +14,17 @@
 //!  RDY ─────────────────────────────────▶ ready (or on the first RC receive)
 //! ```
 //!
+//! REQ and REP also carry where the peer is to RDMA-write its credit
+//! grants for this pair (the sender's flow word: address and rkey) and the
+//! credits the sender grants the peer up front (`transport/rdma_flow.rs`).
+//!
+//! The same endpoint carries the flow control's datagrams ([`Flow`]): WANT
+//! (a sender out of credits asks the receiver for more; resent until the
+//! receiver's flow-word write answers it) and WAKE (the receiver granted
+//! credits to a sender that asked, which may be asleep in `poll(2)`: the
+//! grant itself is in its flow word, this only wakes it; losing it costs
+//! at most the sleeper's bounded timeout).
+//!
 //! Datagrams can be lost: the requester resends REQ and the responder REP
 //! (doubling from [`RETRY_FIRST`] to [`RETRY_MAX`]) until the answer comes
 //! or the handshake deadline (`IBCOLL_PEER_TIMEOUT_MS`) passes, which fails
@@ -26,13 +37,16 @@
 
 use std::time::Duration;
 
-use ibcoll_rdma::{QpInfo, UdAddr};
+use ibcoll_rdma::{QpInfo, RemoteBuf, UdAddr};
 
 const MAGIC: u32 = 0x1bc0_c301;
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
+const FLOW_MAGIC: u32 = 0x1bc0_f10e;
 
 /// Bytes of every handshake datagram.
-pub(crate) const MSG_LEN: usize = 96;
+pub(crate) const MSG_LEN: usize = 112;
+/// Bytes of every flow-control datagram.
+pub(crate) const FLOW_LEN: usize = 40;
 
 /// First resend of an unanswered REQ or REP.
 pub(crate) const RETRY_FIRST: Duration = Duration::from_millis(200);
@@ -83,12 +97,17 @@ pub(crate) struct Msg {
     pub ud: UdAddr,
     /// The sender's RC QP for this pair.
     pub qp: QpInfo,
+    /// Where to RDMA-write grants for the sender (its flow word).
+    pub word: RemoteBuf,
+    /// Credits the sender grants the peer up front.
+    pub grant: u32,
 }
 
 impl Msg {
     /// Fixed layout: magic u32, kind u8, version u8, 2 reserved, job u64,
     /// from u32, to u32, pid i32, 4 reserved, host u64, UD address (22),
-    /// 2 reserved, QP info (32); little endian.
+    /// 2 reserved, QP info (32), flow word address u64, its rkey u32, the
+    /// grant u32; little endian.
     pub fn encode(&self) -> [u8; MSG_LEN] {
         let mut b = [0u8; MSG_LEN];
         b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
@@ -101,6 +120,9 @@ impl Msg {
         b[32..40].copy_from_slice(&self.host.to_le_bytes());
         b[40..40 + UdAddr::WIRE_LEN].copy_from_slice(&self.ud.to_bytes());
         b[64..96].copy_from_slice(&self.qp.to_bytes());
+        b[96..104].copy_from_slice(&self.word.addr.to_le_bytes());
+        b[104..108].copy_from_slice(&self.word.rkey.to_le_bytes());
+        b[108..112].copy_from_slice(&self.grant.to_le_bytes());
         b
     }
 
@@ -121,6 +143,78 @@ impl Msg {
             host: u64_at(32),
             ud: UdAddr::from_bytes(&b[40..40 + UdAddr::WIRE_LEN]).ok()?,
             qp: QpInfo::from_bytes(&b[64..96]).ok()?,
+            word: RemoteBuf {
+                addr: u64_at(96),
+                len: ibcoll_rdma::FLOW_WORD_LEN as u64,
+                rkey: u32_at(104),
+            },
+            grant: u32_at(108),
+        })
+    }
+}
+
+/// What a flow-control datagram is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FlowKind {
+    /// I am out of credits and have `backlog` records for you: request
+    /// `seq`, having used `used` credits.
+    Want,
+    /// I granted you credits (see your flow word): wake up.
+    Wake,
+}
+
+/// One flow-control datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Flow {
+    pub kind: FlowKind,
+    pub job: u64,
+    pub from: u32,
+    pub to: u32,
+    pub seq: u32,
+    pub used: u32,
+    pub backlog: u32,
+}
+
+impl Flow {
+    /// Fixed layout: magic u32, kind u8, version u8, 2 reserved, job u64,
+    /// from u32, to u32, seq u32, used u32, backlog u32, 4 reserved; little
+    /// endian.
+    pub fn encode(&self) -> [u8; FLOW_LEN] {
+        let mut b = [0u8; FLOW_LEN];
+        b[0..4].copy_from_slice(&FLOW_MAGIC.to_le_bytes());
+        b[4] = match self.kind {
+            FlowKind::Want => 1,
+            FlowKind::Wake => 2,
+        };
+        b[5] = VERSION;
+        b[8..16].copy_from_slice(&self.job.to_le_bytes());
+        b[16..20].copy_from_slice(&self.from.to_le_bytes());
+        b[20..24].copy_from_slice(&self.to.to_le_bytes());
+        b[24..28].copy_from_slice(&self.seq.to_le_bytes());
+        b[28..32].copy_from_slice(&self.used.to_le_bytes());
+        b[32..36].copy_from_slice(&self.backlog.to_le_bytes());
+        b
+    }
+
+    /// `None` for anything that is not a well-formed flow datagram of this
+    /// version.
+    pub fn decode(b: &[u8]) -> Option<Flow> {
+        if b.len() != FLOW_LEN || b[0..4] != FLOW_MAGIC.to_le_bytes() || b[5] != VERSION {
+            return None;
+        }
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+        Some(Flow {
+            kind: match b[4] {
+                1 => FlowKind::Want,
+                2 => FlowKind::Wake,
+                _ => return None,
+            },
+            job: u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")),
+            from: u32_at(16),
+            to: u32_at(20),
+            seq: u32_at(24),
+            used: u32_at(28),
+            backlog: u32_at(32),
         })
     }
 }
@@ -165,6 +259,12 @@ mod tests {
                 lid: 0,
                 mtu: Mtu::M1024,
             },
+            word: RemoteBuf {
+                addr: 0x7f00_1234_5670,
+                len: ibcoll_rdma::FLOW_WORD_LEN as u64,
+                rkey: 0x4242,
+            },
+            grant: 4,
         }
     }
 
@@ -188,6 +288,37 @@ mod tests {
         let mut bad = b;
         bad[64] = b'X'; // QP info magic
         assert_eq!(Msg::decode(&bad), None);
+    }
+
+    #[test]
+    fn flow_datagrams_roundtrip() {
+        for kind in [FlowKind::Want, FlowKind::Wake] {
+            let f = Flow {
+                kind,
+                job: 9,
+                from: 3,
+                to: 0,
+                seq: 17,
+                used: 4000,
+                backlog: 12,
+            };
+            assert_eq!(Flow::decode(&f.encode()), Some(f));
+            // Never mistaken for a handshake datagram, nor the reverse.
+            assert_eq!(Msg::decode(&f.encode()), None);
+        }
+        assert_eq!(Flow::decode(&msg(Kind::Req).encode()), None);
+        let mut bad = Flow {
+            kind: FlowKind::Want,
+            job: 1,
+            from: 1,
+            to: 2,
+            seq: 1,
+            used: 0,
+            backlog: 1,
+        }
+        .encode();
+        bad[4] = 7;
+        assert_eq!(Flow::decode(&bad), None);
     }
 
     #[test]
