@@ -1248,6 +1248,26 @@ impl Engine {
         n
     }
 
+    /// Drops the send queues behind channels that failed or closed: nothing
+    /// will carry them (at finalize, a dial to a peer that has already left
+    /// is refused, and its queue must not hold the exit up to the peer
+    /// timeout). Their operations fail through the health report.
+    pub(super) fn drop_dead_queues(&mut self) {
+        let mut k = 0;
+        while k < self.peers.queued.len() {
+            let slot = self.peers.queued[k] as usize;
+            if matches!(self.peers.list[slot].chan.health(), Health::Open) {
+                k += 1;
+                continue;
+            }
+            self.check_health(slot);
+            let p = &mut self.peers.list[slot];
+            self.queued -= p.send_queue.len();
+            p.send_queue.clear();
+            self.peers.queued.swap_remove(k);
+        }
+    }
+
     /// Notices channels that closed or failed since the last look and fails
     /// the operations that needed them.
     fn check_health(&mut self, slot: usize) {

@@ -522,6 +522,7 @@ impl Engine {
             && Instant::now() < deadline
         {
             self.progress();
+            self.drop_dead_queues();
             bye_pending.retain(|&p| match self.peers.get_mut(p).map(|x| &mut x.chan) {
                 Some(Channel::Shm(c)) => c.health == Health::Open && !c.send_bye(cause),
                 _ => false,

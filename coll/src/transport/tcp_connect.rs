@@ -74,9 +74,8 @@ enum Stage {
     Hello(TcpStream, usize),
     /// Waiting for the reply byte.
     Reply(TcpStream),
-    /// Between attempts (all addresses refused, retrying until the
-    /// deadline: the peer's listener may not be up yet... it always is
-    /// after the fence, but a loaded host may be slow to accept).
+    /// Between attempts (some address did not answer in time, or failed
+    /// otherwise than by a refusal), retrying until the deadline.
     Backoff(Instant),
 }
 
@@ -104,6 +103,8 @@ pub(crate) struct Dial {
     /// Keepalive bound on a connected dial (the peer's host vanishing).
     keepalive: Duration,
     tried: Vec<String>,
+    /// Addresses of the current round that refused the connection.
+    refused: usize,
 }
 
 impl Dial {
@@ -122,6 +123,7 @@ impl Dial {
             attempt_end: now,
             keepalive: timeout,
             tried: Vec::new(),
+            refused: 0,
         };
         d.start();
         d
@@ -146,6 +148,7 @@ impl Dial {
                     return;
                 }
                 Err(e) => {
+                    self.refused += usize::from(is_refusal(&e));
                     self.tried.push(format!("{a}: {e}"));
                     self.next += 1;
                 }
@@ -158,6 +161,15 @@ impl Dial {
         self.tried.push(format!("{}: {why}", self.addrs[self.next]));
         self.next += 1;
         self.start();
+    }
+
+    /// Every address of the round refused: nothing listens there. A peer
+    /// publishes its address only once its listener is open (before the
+    /// startup fence, which precedes every dial), and closes it only when
+    /// it finalizes or dies, so waiting out the deadline would only delay
+    /// the error (and a finalizing rank's exit) by the peer timeout.
+    fn all_refused(&self) -> bool {
+        !self.addrs.is_empty() && self.refused >= self.addrs.len()
     }
 
     fn failure(&self) -> String {
@@ -182,16 +194,26 @@ impl Dial {
             }
             match self.stage.take() {
                 None => self.start(),
+                Some(Stage::Backoff(_)) if self.all_refused() => {
+                    return DialStep::Failed(format!(
+                        "{}: refused (nothing listens there any more: the peer has finalized or died)",
+                        self.failure()
+                    ));
+                }
                 Some(Stage::Backoff(t)) => {
                     if now < t {
                         self.stage = Some(Stage::Backoff(t));
                         return DialStep::Pending;
                     }
                     self.next = 0;
+                    self.refused = 0;
                     self.start();
                 }
                 Some(Stage::Connecting(s)) => match s.take_error() {
-                    Ok(Some(e)) => self.fail_attempt(e.to_string()),
+                    Ok(Some(e)) => {
+                        self.refused += usize::from(is_refusal(&e));
+                        self.fail_attempt(e.to_string())
+                    }
                     Err(e) => self.fail_attempt(e.to_string()),
                     Ok(None) => match s.peer_addr() {
                         Ok(_) => {
@@ -246,6 +268,10 @@ impl Dial {
             }
         }
     }
+}
+
+fn is_refusal(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::ECONNREFUSED)
 }
 
 fn connect_nonblocking(a: SocketAddr) -> io::Result<Socket> {
