@@ -1082,42 +1082,16 @@ impl SharedReceiveQueue {
     /// been polled, or the SRQ is destroyed (memory the SRQ owns, `mem`,
     /// lives exactly that long).
     pub unsafe fn post_recvs(&self, items: &[(u64, Sge)]) -> Result<()> {
-        const CHUNK: usize = 32;
-        for chunk in items.chunks(CHUNK) {
-            // SAFETY: plain C structs; zero is valid.
-            let mut raw: [ibv_recv_wr; CHUNK] =
-                std::array::from_fn(|_| unsafe { std::mem::zeroed() });
-            let mut sg: [Sge; CHUNK] = [Sge {
-                addr: 0,
-                len: 0,
-                lkey: 0,
-            }; CHUNK];
-            let n = chunk.len();
-            for (i, (id, s)) in chunk.iter().enumerate() {
-                sg[i] = *s;
-                raw[i].wr_id = *id;
-                raw[i].num_sge = 1;
-            }
-            for i in 0..n {
-                raw[i].sg_list = (&mut sg[i] as *mut Sge).cast::<ibv_sge>();
-                if i + 1 < n {
-                    let next: *mut ibv_recv_wr = &mut raw[i + 1];
-                    raw[i].next = next;
-                }
-            }
+        post_recv_chains::<32>(items, |wr| {
             let mut bad = ptr::null_mut();
-            // SAFETY: a well-formed NULL-terminated chain of `n` WRs whose
-            // SGE arrays live on this stack frame for the call (the provider
-            // copies them into the queue); the caller upholds the memory
-            // contract. `ibv_post_srq_recv` is an inline that calls the
-            // provider through the context's ops table, which is set for
-            // every context that could make this SRQ.
-            let rc = unsafe { ibv_post_srq_recv(self.srq, raw.as_mut_ptr(), &mut bad) };
-            if rc != 0 {
-                return Err(Error::verbs("ibv_post_srq_recv", rc.abs(), self.dev()));
-            }
-        }
-        Ok(())
+            // SAFETY: a well-formed NULL-terminated chain whose SGE arrays
+            // live for the call (the provider copies them into the queue);
+            // the caller upholds the memory contract. `ibv_post_srq_recv` is
+            // an inline that calls the provider through the context's ops
+            // table, which is set for every context that could make this SRQ.
+            unsafe { ibv_post_srq_recv(self.srq, wr, &mut bad) }
+        })
+        .map_err(|rc| Error::verbs("ibv_post_srq_recv", rc.abs(), self.dev()))
     }
 }
 
@@ -1746,38 +1720,13 @@ impl QueuePair {
     /// # Safety
     /// As [`post_recvs`](Self::post_recvs).
     unsafe fn post_recvs_n<const CHUNK: usize>(&self, items: &[(u64, Sge)]) -> Result<()> {
-        for chunk in items.chunks(CHUNK) {
-            // SAFETY: plain C structs; zero is valid.
-            let mut raw: [ibv_recv_wr; CHUNK] =
-                std::array::from_fn(|_| unsafe { std::mem::zeroed() });
-            let mut sg: [Sge; CHUNK] = [Sge {
-                addr: 0,
-                len: 0,
-                lkey: 0,
-            }; CHUNK];
-            let n = chunk.len();
-            for (i, (id, s)) in chunk.iter().enumerate() {
-                sg[i] = *s;
-                raw[i].wr_id = *id;
-                raw[i].num_sge = 1;
-            }
-            for i in 0..n {
-                raw[i].sg_list = (&mut sg[i] as *mut Sge).cast::<ibv_sge>();
-                if i + 1 < n {
-                    let next: *mut ibv_recv_wr = &mut raw[i + 1];
-                    raw[i].next = next;
-                }
-            }
+        post_recv_chains::<CHUNK>(items, |wr| {
             let mut bad = ptr::null_mut();
-            // SAFETY: well-formed NULL-terminated chain of `n` WRs whose SGE
-            // arrays live on this stack frame for the call; caller upholds the
-            // memory contract.
-            let rc = unsafe { ibv_post_recv(self.qp, raw.as_mut_ptr(), &mut bad) };
-            if rc != 0 {
-                return Err(Error::verbs("ibv_post_recv", rc, self.dev()));
-            }
-        }
-        Ok(())
+            // SAFETY: a well-formed NULL-terminated chain whose SGE arrays
+            // live for the call; the caller upholds the memory contract.
+            unsafe { ibv_post_recv(self.qp, wr, &mut bad) }
+        })
+        .map_err(|rc| Error::verbs("ibv_post_recv", rc, self.dev()))
     }
 
     /// Copy `data` into the send queue and send it (`IBV_SEND_INLINE`) on
@@ -1869,6 +1818,43 @@ impl fmt::Debug for QueuePair {
             self.pd.ctx.name()
         )
     }
+}
+
+/// Hands `items` (single-SGE receives) to `post` (`ibv_post_recv` on a QP,
+/// `ibv_post_srq_recv` on an SRQ) as NULL-terminated chains of at most
+/// `CHUNK` work requests built on this stack frame, which outlives each
+/// call; stops at the first non-zero result and returns it.
+fn post_recv_chains<const CHUNK: usize>(
+    items: &[(u64, Sge)],
+    mut post: impl FnMut(*mut ibv_recv_wr) -> i32,
+) -> std::result::Result<(), i32> {
+    for chunk in items.chunks(CHUNK) {
+        // SAFETY: plain C structs; zero is valid.
+        let mut raw: [ibv_recv_wr; CHUNK] = std::array::from_fn(|_| unsafe { std::mem::zeroed() });
+        let mut sg: [Sge; CHUNK] = [Sge {
+            addr: 0,
+            len: 0,
+            lkey: 0,
+        }; CHUNK];
+        let n = chunk.len();
+        for (i, (id, s)) in chunk.iter().enumerate() {
+            sg[i] = *s;
+            raw[i].wr_id = *id;
+            raw[i].num_sge = 1;
+        }
+        for i in 0..n {
+            raw[i].sg_list = (&mut sg[i] as *mut Sge).cast::<ibv_sge>();
+            if i + 1 < n {
+                let next: *mut ibv_recv_wr = &mut raw[i + 1];
+                raw[i].next = next;
+            }
+        }
+        let rc = post(raw.as_mut_ptr());
+        if rc != 0 {
+            return Err(rc);
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
