@@ -38,6 +38,12 @@ pub(crate) fn ports(k: usize, min_ppn: usize) -> usize {
 }
 
 pub fn build(a: &Args) -> Schedule {
+    with_ports(a, ports)
+}
+
+/// The schedule with `ports(nodes, fewest ranks on a node)` ports per
+/// node; one port is the node-aware barrier (`node_aware.rs`).
+pub(crate) fn with_ports(a: &Args, ports: fn(usize, usize) -> usize) -> Schedule {
     let l = Levels::new(a, false);
     let mine = l.mine();
     let (k, me) = (l.groups.len(), l.me);
