@@ -40,8 +40,24 @@ fn expect_from(
         "{args:?} on {n} ranks, {nodes} node(s):\n{t}"
     );
     let lines: Vec<&str> = t.lines().filter(|l| l.contains("expected error")).collect();
+    // After a `then` barrier: a rank that lost a peer which failed the
+    // call itself and left (the example's `lost peer P that gave up`)
+    // counts when P reported the expected error.
+    let gave_up: Vec<&str> = t.lines().filter(|l| l.contains("that gave up:")).collect();
+    for l in &gave_up {
+        let p = l
+            .split("lost peer ")
+            .nth(1)
+            .and_then(|x| x.split(' ').next())
+            .unwrap_or_else(|| panic!("{args:?}: no peer in {l}\n{t}"));
+        let theirs = format!("rank {p}: expected error");
+        assert!(
+            lines.iter().any(|x| x.starts_with(&theirs)),
+            "{args:?}: rank {p} left without reporting the mistake: {l}\n{t}"
+        );
+    }
     assert_eq!(
-        lines.len(),
+        lines.len() + gave_up.len(),
         reporters,
         "{args:?} on {n} ranks, {nodes} node(s):\n{t}"
     );
