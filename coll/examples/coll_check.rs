@@ -17,6 +17,10 @@
 //! of an allreduce; every other rank must get `PeerLost` and print
 //! `survivor: got expected error`, also those that never talk to it.
 //! `coll_check death_node_aware`: the same in a node-aware allreduce.
+//! `coll_check death_mcast` (3 or more ranks, one per node, over verbs):
+//! the last rank dies in the middle of a 16 MiB multicast broadcast from
+//! rank 0; rank 0 (which waits for everyone's acknowledgement) must get
+//! `PeerLost`, the others `PeerLost` or the right bytes.
 
 use ibcoll::algorithms::algorithms;
 use ibcoll::select::force_algorithm;
@@ -1003,6 +1007,56 @@ fn death(c: &Comm, case: DeathCase) {
     }
 }
 
+fn death_mcast(c: &Comm) {
+    let n = c.size();
+    if n < 3 {
+        fail(c, "death_mcast needs at least 3 ranks".into());
+    }
+    let victim = n - 1;
+    ok!(
+        c,
+        force_algorithm(Collective::Bcast, Some("mcast")),
+        "force"
+    );
+    // The group is set up by a first broadcast, and every rank is in the
+    // second one before the victim starts its clock.
+    let mut small = [c.rank() as u64; 4];
+    ok!(c, c.bcast(&mut small, 0), "first bcast");
+    ok!(c, c.barrier(), "barrier");
+    let len = 16 << 20;
+    let fill = |i: usize| (i.wrapping_mul(2_654_435_761) >> 9) as u8;
+    let mut buf: Vec<u8> = if c.rank() == 0 {
+        (0..len).map(fill).collect()
+    } else {
+        vec![0; len]
+    };
+    if c.rank() == victim {
+        std::thread::spawn(|| {
+            // 16 MiB are 16,000 datagrams or more: far from over by then.
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            // SAFETY: getpid has no preconditions; SIGKILL ends the process
+            // here, in the middle of the broadcast.
+            unsafe {
+                libc::kill(libc::getpid(), libc::SIGKILL);
+            }
+        });
+    }
+    let t = std::time::Instant::now();
+    match c.bcast(&mut buf, 0) {
+        Err(e) if e.is_peer_lost() => println!(
+            "survivor: got expected error after {:.2} s: {e}",
+            t.elapsed().as_secs_f64()
+        ),
+        Ok(()) if c.rank() != 0 && c.rank() != victim => {
+            if let Some(i) = (0..len).find(|&i| buf[i] != fill(i)) {
+                fail(c, format!("finished with byte {i} wrong"));
+            }
+            println!("survivor: finished with the right bytes");
+        }
+        other => fail(c, format!("expected PeerLost, got {other:?}")),
+    }
+}
+
 /// Prints what selection picks (environment and tuning file included) and
 /// whether an allreduce then works.
 fn select(c: &Comm) {
@@ -1038,6 +1092,7 @@ fn main() {
         "death_shm" => death(&c, DeathCase::Shm),
         "death_node_aware" => death(&c, DeathCase::NodeAware),
         "death_shm_messages" => death(&c, DeathCase::ShmMessages),
+        "death_mcast" => death_mcast(&c),
         "select" => select(&c),
         "all" | "quick" => {
             all_algorithms(&c, mode == "quick");

@@ -7,7 +7,11 @@
 //! and then powers of 4 up to MAX_BYTES (default 1 MiB); the root rotates
 //! over every rank; each size is broadcast on the world and on a duplicate
 //! of it, alternately, so two communicators (two groups) are in use at
-//! once. Prints `mcast_bcast: N broadcasts ok` on rank 0.
+//! once. Then, for each size, an allreduce (sum of `u64`s, in place on
+//! the duplicate) on both communicators and a barrier (run with
+//! `IBCOLL_ALLREDUCE_ALGORITHM=mcast` and `IBCOLL_BARRIER_ALGORITHM=mcast`
+//! these multicast too). Prints `mcast_bcast: N broadcasts ok` and
+//! `mcast_bcast: N allreduces ok` on rank 0.
 
 fn main() -> ibcoll::Result<()> {
     let world = ibcoll::init()?;
@@ -50,9 +54,31 @@ fn main() -> ibcoll::Result<()> {
             }
         }
     }
+    let mut m = 0usize;
+    for &len in &sizes {
+        let count = len / 8;
+        let v = |r: usize, i: usize| (r as u64 + 1).wrapping_mul(i as u64 ^ 0x9e37) ^ m as u64;
+        let want: Vec<u64> = (0..count)
+            .map(|i| (0..size).map(|r| v(r, i)).fold(0u64, u64::wrapping_add))
+            .collect();
+        let mine: Vec<u64> = (0..count).map(|i| v(rank, i)).collect();
+        let mut got = vec![0u64; count];
+        world.allreduce(&mine, &mut got, ibcoll::ReduceOp::Sum)?;
+        let mut inplace = mine.clone();
+        dup.allreduce_in_place(&mut inplace, ibcoll::ReduceOp::Sum)?;
+        for (which, g) in [("world", &got), ("dup in place", &inplace)] {
+            if let Some(i) = (0..count).find(|&i| g[i] != want[i]) {
+                eprintln!("rank {rank}: allreduce {m} on {which} ({count} u64): element {i} wrong");
+                std::process::exit(1);
+            }
+        }
+        world.barrier()?;
+        m += 1;
+    }
     world.barrier()?;
     if rank == 0 {
         println!("mcast_bcast: {k} broadcasts ok");
+        println!("mcast_bcast: {m} allreduces ok");
     }
     Ok(())
 }

@@ -290,7 +290,7 @@ impl std::hash::Hasher for IdHasher {
 /// A reduction's codes for the call's stamp and `IBCOLL_CHECK`: the op's
 /// and the element type's (`stamp::OPS`, `stamp::type_code`; a byte-level
 /// call's `ByteReduce::codes`).
-type OpSig = (u8, u8);
+pub(crate) type OpSig = (u8, u8);
 
 type CtxMap = HashMap<u32, CommInfo, std::hash::BuildHasherDefault<IdHasher>>;
 
@@ -1134,13 +1134,8 @@ impl Comm {
         if let Some(x) = self.eng.borrow().poison_err(op) {
             return Err(x);
         }
-        if call.spec.coll == Collective::Bcast && choice.algorithm == "mcast" {
-            // SAFETY: `call` borrows the buffer for this blocking call.
-            let buf = unsafe { std::slice::from_raw_parts_mut(call.recv, call.recv_len) };
-            if self.bcast_mcast(buf, call.spec.root, nodes)? {
-                return Ok(());
-            }
-            // Off for this communicator: its schedule is the node-aware tree.
+        if choice.algorithm == "mcast" && self.run_mcast(&call, nodes)? {
+            return Ok(());
         }
         let mut r = self.build(call, choice, nodes)?;
         let mut e = self.eng.borrow_mut();
@@ -1148,6 +1143,63 @@ impl Comm {
         let panic = r.take_panic();
         user_panic(e, op, panic);
         res
+    }
+
+    /// A blocking call with algorithm `mcast` (`crate::mcast`): `Ok(false)`
+    /// where multicast is off for this communicator, or the call cannot
+    /// use it (a reduction that does not commute: the leaders' order is
+    /// not rank order); its schedule, the node-aware one, runs then.
+    #[cold]
+    fn run_mcast(&self, call: &Call<'_, '_>, nodes: &[usize]) -> Result<bool> {
+        let s = &call.spec;
+        match s.coll {
+            Collective::Bcast => {
+                // SAFETY: `call` borrows the buffer for this blocking call,
+                // and nothing else points into it while `buf` lives.
+                let buf = unsafe { std::slice::from_raw_parts_mut(call.recv, call.recv_len) };
+                self.bcast_mcast(buf, s.root, nodes)
+            }
+            Collective::Allreduce => {
+                let Some(k) = call.reduce.as_ref().filter(|k| k.is_commutative()) else {
+                    return Ok(false);
+                };
+                // SAFETY: as above; an allreduce's send buffer, when it
+                // has one, is another borrow than `recv` (the typed call
+                // took both from the caller), and stays valid for the call.
+                let (send, recv) = unsafe {
+                    (
+                        (!s.in_place).then(|| std::slice::from_raw_parts(call.send, call.send_len)),
+                        std::slice::from_raw_parts_mut(call.recv, call.recv_len),
+                    )
+                };
+                self.allreduce_mcast(send, recv, s.esize, k, (s.rop, s.rty), nodes)
+            }
+            Collective::Barrier => self.barrier_mcast(nodes),
+            _ => Ok(false),
+        }
+    }
+
+    /// A blocking reduce of `esize`-byte elements combined by `k` to
+    /// `root` (`send` `None`: in place in `recv`), for the phases of the
+    /// multicast allreduce on its node and leaders communicators.
+    pub(crate) fn reduce_bytes(
+        &self,
+        send: Option<&[u8]>,
+        recv: &mut [u8],
+        esize: usize,
+        k: &ByteReduce,
+        sig: OpSig,
+        root: usize,
+    ) -> Result<()> {
+        self.check_root(Collective::Reduce, root)?;
+        self.block(self.reduce_like_bytes(
+            Collective::Reduce,
+            send,
+            recv,
+            esize,
+            (k.clone(), sig),
+            root,
+        ))
     }
 
     /// Starts the nonblocking collective `c` in `scope`.

@@ -70,7 +70,7 @@ pub const REGISTRY: &[Entry] = &[
     e("IBCOLL_MCAST_DROP_RATE", "0", "multicast broadcast, tests: drop this fraction (0..1) of the multicast packets each leader receives; the protocol repairs them"),
     e("IBCOLL_MCAST_WINDOW", "64", "multicast broadcast: fragments (one path MTU each) a root holds unacknowledged; acks every window/4"),
     e("IBCOLL_MCAST_NACK_US", "200", "multicast broadcast: a leader missing fragments nacks them after this many microseconds without a new one (gaps at once)"),
-    e("IBCOLL_MCAST_REPORT", "0", "1: the first leader prints one line when a communicator's multicast group is set up (tests)"),
+    e("IBCOLL_MCAST_REPORT", "0", "1: the first leader prints one line when a communicator's multicast group is set up, and every leader its protocol counters when it leaves the group"),
     e("IBCOLL_REDUCE_ALGORITHM", "auto", "force the reduce algorithm: auto (selection table) or one of binomial, reduce_scatter_gather, node_aware, shm (shared-memory fast path: blocking calls on a communicator that is one whole node; others take the table's best schedule)"),
     e("IBCOLL_ALLREDUCE_ALGORITHM", "auto", "force the allreduce algorithm: auto (selection table) or one of recursive_doubling, ring, rabenseifner, node_aware, shm (shared-memory fast path: blocking calls on a communicator that is one whole node; others take the table's best schedule)"),
     e("IBCOLL_GATHER_ALGORITHM", "auto", "force the gather algorithm: auto (selection table) or one of binomial, linear, node_aware, shm (shared-memory fast path: blocking calls on a communicator that is one whole node; others take the table's best schedule)"),

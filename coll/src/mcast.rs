@@ -21,9 +21,10 @@
 //! communicator (reliable, in order per pair).
 
 use crate::algorithms::Collective;
+use crate::collectives::OpSig;
 use crate::comm::{Comm, ANY_SOURCE, UNDEFINED};
 use crate::error::{Error, Op, Result};
-use crate::ops::ReduceOp;
+use crate::ops::{ByteReduce, ReduceOp};
 use ibcoll_rdma::rmcast::{self, Data, Dest, DropFilter, Member};
 use ibcoll_rdma::{group_gid, DeviceSelection, McastGroup, ProtectionDomain, UdConfig};
 use std::time::{Duration, Instant};
@@ -61,6 +62,29 @@ struct Leader {
     pending: Vec<Vec<u8>>,
     scratch: Vec<u8>,
     ctrl: Vec<u8>,
+    /// `IBCOLL_MCAST_REPORT=1`: print the protocol's counters when left.
+    report: bool,
+}
+
+impl Drop for Leader {
+    fn drop(&mut self) {
+        if self.report {
+            let s = self.member.stats();
+            eprintln!(
+                "ibcoll: multicast leader {}: sent {} retransmitted {} received {} duplicates {} early kept {} dropped {} nacks sent {} received {} acks sent {}",
+                self.comm.rank(),
+                s.sent,
+                s.retransmitted,
+                s.received,
+                s.duplicates,
+                s.early_kept,
+                s.early_dropped,
+                s.nacks_sent,
+                s.nacks_received,
+                s.acks_sent
+            );
+        }
+    }
 }
 
 fn env_f64(name: &str) -> std::result::Result<f64, String> {
@@ -233,7 +257,8 @@ impl Comm {
         cfg.nack_delay = Duration::from_micros(nack_us.max(1));
         cfg.retx_holdoff = cfg.nack_delay / 2;
         cfg.peer_timeout = self.eng.borrow().cfg.peer_timeout;
-        if me == 0 && std::env::var("IBCOLL_MCAST_REPORT").is_ok_and(|v| v == "1") {
+        let report = std::env::var("IBCOLL_MCAST_REPORT").is_ok_and(|v| v == "1");
+        if me == 0 && report {
             eprintln!(
                 "ibcoll: multicast group {mgid} joined by {} node leaders (mtu {}, window {})",
                 lc.size(),
@@ -252,6 +277,7 @@ impl Comm {
                 pending: Vec::new(),
                 scratch: Vec::new(),
                 ctrl: vec![0; 1024],
+                report,
             }),
             true,
         ))
@@ -261,38 +287,99 @@ impl Comm {
     /// `Ok(false)`: multicast is off for this communicator (run the tree).
     pub(crate) fn bcast_mcast(&self, buf: &mut [u8], root: usize, nodes: &[usize]) -> Result<bool> {
         let st = self.mcast_state(nodes)?;
-        let a = match &*st {
-            State::Off => return Ok(false),
-            State::On(a) => a,
+        let State::On(a) = &*st else {
+            return Ok(false);
         };
-        let me = self.rank();
         let root_node = a.node_of[root] as usize;
-        let mine = a.node_of[me] as usize;
+        let mine = a.node_of[self.rank()] as usize;
         if mine == root_node {
             a.node.bcast(buf, a.local_index[root] as usize)?;
         }
         let lroot = a.leader_rank_of_node[root_node];
         drop(st);
-        if self.mcast_leads() {
-            let mut st = self.mcast.borrow_mut();
-            let Some(State::On(a)) = st.as_mut() else {
-                unreachable!("checked above")
-            };
-            let l = a.lead.as_mut().expect("a leader");
-            l.bcast(buf, lroot).map_err(|e| e.with_op(OP))?;
-        }
-        let st = self.mcast.borrow();
-        let Some(State::On(a)) = st.as_ref() else {
-            unreachable!("checked above")
-        };
+        self.lead_bcast(buf, lroot, OP)?;
         if mine != root_node {
-            a.node.bcast(buf, 0)?;
+            self.node_bcast(buf, OP)?;
         }
         Ok(true)
     }
 
-    fn mcast_leads(&self) -> bool {
-        matches!(&*self.mcast.borrow(), Some(State::On(a)) if a.lead.is_some())
+    /// Allreduce with the leaders' result broadcast by multicast: every
+    /// node reduces to its leader (shared memory), the leaders reduce to
+    /// leader 0, which multicasts the result, and every leader passes it on
+    /// inside its node. `k` commutes (the leaders' order is not rank order).
+    /// `Ok(false)`: multicast is off for this communicator.
+    pub(crate) fn allreduce_mcast(
+        &self,
+        send: Option<&[u8]>,
+        recv: &mut [u8],
+        esize: usize,
+        k: &ByteReduce,
+        sig: OpSig,
+        nodes: &[usize],
+    ) -> Result<bool> {
+        const OP: Op = Op::Collective(Collective::Allreduce);
+        let st = self.mcast_state(nodes)?;
+        let State::On(a) = &*st else {
+            return Ok(false);
+        };
+        a.node
+            .reduce_bytes(send, recv, esize, k, sig, 0)
+            .map_err(|e| e.with_op(OP))?;
+        if let Some(l) = &a.lead {
+            l.comm
+                .reduce_bytes(None, recv, esize, k, sig, 0)
+                .map_err(|e| e.with_op(OP))?;
+        }
+        drop(st);
+        self.lead_bcast(recv, 0, OP)?;
+        self.node_bcast(recv, OP)?;
+        Ok(true)
+    }
+
+    /// Barrier released by multicast: arrivals go up inside each node and
+    /// then among the leaders to leader 0 (reduces of one byte), whose
+    /// multicast of one byte releases the leaders, each its node.
+    /// `Ok(false)`: multicast is off for this communicator.
+    pub(crate) fn barrier_mcast(&self, nodes: &[usize]) -> Result<bool> {
+        const OP: Op = Op::Collective(Collective::Barrier);
+        let st = self.mcast_state(nodes)?;
+        let State::On(a) = &*st else {
+            return Ok(false);
+        };
+        let mut b = [0u8; 1];
+        a.node
+            .reduce_in_place(&mut b, ReduceOp::Max, 0)
+            .map_err(|e| e.with_op(OP))?;
+        if let Some(l) = &a.lead {
+            l.comm
+                .reduce_in_place(&mut b, ReduceOp::Max, 0)
+                .map_err(|e| e.with_op(OP))?;
+        }
+        drop(st);
+        self.lead_bcast(&mut b, 0, OP)?;
+        self.node_bcast(&mut b, OP)?;
+        Ok(true)
+    }
+
+    /// The leaders' multicast of `buf` from leaders-communicator rank
+    /// `lroot` (nothing on other ranks).
+    fn lead_bcast(&self, buf: &mut [u8], lroot: u32, op: Op) -> Result<()> {
+        let mut st = self.mcast.borrow_mut();
+        if let Some(State::On(a)) = st.as_mut() {
+            if let Some(l) = a.lead.as_mut() {
+                l.bcast(buf, lroot).map_err(|e| e.with_op(op))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every leader's `buf` to the other ranks of its node.
+    fn node_bcast(&self, buf: &mut [u8], op: Op) -> Result<()> {
+        if let Some(State::On(a)) = self.mcast.borrow().as_ref() {
+            a.node.bcast(buf, 0).map_err(|e| e.with_op(op))?;
+        }
+        Ok(())
     }
 }
 

@@ -51,6 +51,10 @@ fn mcast_bcast_3_nodes_with_loss() {
                 "-x",
                 "IBCOLL_BCAST_ALGORITHM=mcast",
                 "-x",
+                "IBCOLL_ALLREDUCE_ALGORITHM=mcast",
+                "-x",
+                "IBCOLL_BARRIER_ALGORITHM=mcast",
+                "-x",
                 "IBCOLL_MCAST_REPORT=1",
                 "-x",
                 &drop,
@@ -59,7 +63,8 @@ fn mcast_bcast_3_nodes_with_loss() {
             &["262144"],
         );
         assert!(
-            out.contains("mcast_bcast: 20 broadcasts ok"),
+            out.contains("mcast_bcast: 20 broadcasts ok")
+                && out.contains("mcast_bcast: 10 allreduces ok"),
             "{rate}: {out}"
         );
         // Two communicators, each its own group of 3 leaders.
@@ -88,15 +93,67 @@ fn mcast_falls_back_to_the_tree_with_one_line() {
             "IBCOLL_IB_DEVICE=nosuchdevice",
             "-x",
             "IBCOLL_BCAST_ALGORITHM=mcast",
+            "-x",
+            "IBCOLL_ALLREDUCE_ALGORITHM=mcast",
+            "-x",
+            "IBCOLL_BARRIER_ALGORITHM=mcast",
         ],
         "mcast_bcast",
         &["262144"],
     );
-    assert!(out.contains("mcast_bcast: 20 broadcasts ok"), "{out}");
+    assert!(
+        out.contains("mcast_bcast: 20 broadcasts ok")
+            && out.contains("mcast_bcast: 10 allreduces ok"),
+        "{out}"
+    );
     assert_eq!(
         out.matches("multicast broadcast unavailable").count(),
         1,
         "{out}"
     );
     assert!(out.contains("using the node-aware tree"), "{out}");
+}
+
+#[test]
+fn a_leader_dying_mid_broadcast_fails_the_others_within_the_bound() {
+    if !have_rdma() {
+        return;
+    }
+    // Three nodes of one rank (every rank a leader); the last dies 0.3 s
+    // into a 16 MiB multicast broadcast from rank 0.
+    let job = format!("mcastdeath{}", std::process::id());
+    let env = [
+        ("IBCOLL_TRANSPORT", "rdma"),
+        ("IBCOLL_IB_DEVICE", "rxe0,rxe1"),
+        ("IBCOLL_MCAST_REPORT", "1"),
+        ("IBCOLL_PEER_TIMEOUT_MS", "5000"),
+    ];
+    let t = std::time::Instant::now();
+    let mut children =
+        start_without_launcher("coll_check", &["death_mcast"], &[0, 1, 2], &job, &env, 240);
+    let victim = children.pop().expect("victim");
+    let _ = victim.wait_with_output();
+    let outs: Vec<_> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().expect("wait survivor"))
+        .collect();
+    let secs = t.elapsed().as_secs_f64();
+    remove_segments(&job, 3);
+    for (r, out) in outs.iter().enumerate() {
+        let o = text(out);
+        eprintln!("rank {r} ({secs:.1} s):\n{o}");
+        assert!(out.status.success(), "rank {r} failed:\n{o}");
+        if r == 0 {
+            assert!(o.contains("survivor: got expected error"), "{o}");
+        } else {
+            assert!(
+                o.contains("survivor: got expected error")
+                    || o.contains("survivor: finished with the right bytes"),
+                "{o}"
+            );
+        }
+        // The group was left: the leader's state was dropped (its
+        // counters are printed then).
+        assert!(o.contains(&format!("multicast leader {r}: sent")), "{o}");
+    }
 }

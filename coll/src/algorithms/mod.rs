@@ -295,6 +295,10 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
                 alg("tree", barrier::tree::build),
                 alg("node_aware", barrier::node_aware::build),
                 alg("multi_leader", barrier::multi_leader::build),
+                // Blocking calls are released by multicast among node
+                // leaders (`crate::mcast`); the schedule is the fallback
+                // (and the nonblocking form).
+                alg("mcast", barrier::node_aware::build),
                 SHM_ALG,
             ];
             L
@@ -331,6 +335,10 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
                 alg("ring", allreduce::ring::build),
                 alg("rabenseifner", allreduce::rabenseifner::build),
                 alg("node_aware", allreduce::node_aware::build),
+                // Blocking calls with a commutative operation broadcast
+                // the leaders' result by multicast (`crate::mcast`); the
+                // schedule is the fallback (and the nonblocking form).
+                alg("mcast", allreduce::node_aware::build),
                 SHM_ALG,
             ];
             L

@@ -2,7 +2,7 @@
 //! out (no sockets, no clock). See the module documentation for the
 //! protocol.
 
-use super::wire::{Ack, Control, DataHdr, Nack, DATA_HDR, NACK_MAX_RANGES};
+use super::wire::{Ack, Control, DataHdr, Nack, DATA_HDR, HINT_UNIT, NACK_MAX_RANGES};
 use std::collections::VecDeque;
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -28,10 +28,12 @@ pub struct Config {
     /// many fragments (and at the end); at most `window / 2`.
     pub ack_step: u32,
     /// A receiver missing fragments nacks them after this long without a
-    /// new one (gaps it sees are nacked at once).
+    /// new one (gaps it sees are nacked at once), or after the root's
+    /// hint where that is longer.
     pub nack_delay: Duration,
     /// A source retransmits one fragment at most once in this interval,
-    /// however many members nack it (suppression at the root).
+    /// however many members nack it (suppression at the root), or in its
+    /// measured round trip where that is longer.
     pub retx_holdoff: Duration,
     /// No progress for this long on something this member waits for (data
     /// from the root, acks from a subtree): `Error::PeerLost`.
@@ -239,7 +241,27 @@ struct Slot {
     bcast: u32,
     frag: u32,
     last_sent: Instant,
+    /// When the first copy went out: an ack covering the fragment is a
+    /// round-trip sample from there, also when the fragment was sent
+    /// again (Karn's rule would discard those, but on a network slower
+    /// than the timers every fragment is resent, so nothing would ever
+    /// be learned; a sample inflated by a real repair only makes the
+    /// holdoff longer).
+    first_sent: Instant,
     pkt: Vec<u8>,
+}
+
+/// A source's round trip: from sending a fragment until a child's ack
+/// covers it, which includes the datagram's way and the ack tree's. Acks
+/// also wait for members that begin the broadcast late and for repairs,
+/// which only ever add: so the estimate is a minimum, drifting up slowly
+/// (1/64 of the difference per sample) so that it follows a network that
+/// got slower.
+fn add_rtt(r: Option<Duration>, sample: Duration) -> Duration {
+    match r {
+        Some(m) if sample >= m => m + (sample - m) / 64,
+        _ => sample,
+    }
 }
 
 struct Early {
@@ -319,6 +341,13 @@ impl Open {
     }
 }
 
+/// `quiet` doubled `backoff` times (at most 64x), but never past an
+/// eighth of the peer timeout: a receiver nacks several times before it
+/// gives up on the root.
+fn backed_off(cfg: &Config, quiet: Duration, backoff: u32) -> Duration {
+    (quiet * (1 << backoff.min(6))).min(cfg.peer_timeout / 8)
+}
+
 /// Parent and children of `me` in the binomial tree of `n` members rooted
 /// at `root` (children at most log2 n).
 pub fn tree(me: u32, root: u32, n: u32) -> (Option<u32>, Vec<u32>) {
@@ -353,6 +382,10 @@ pub struct Member {
     scratch: Vec<u8>,
     failed: Option<Error>,
     stats: Stats,
+    /// As a source: the round trip measured from acks (`add_rtt`).
+    rtt: Option<Duration>,
+    /// As a receiver: the last root's hint (`DataHdr::hint`).
+    hint: Duration,
 }
 
 impl Member {
@@ -373,6 +406,8 @@ impl Member {
             scratch: Vec::new(),
             failed: None,
             stats: Stats::default(),
+            rtt: None,
+            hint: Duration::ZERO,
         })
     }
 
@@ -405,6 +440,33 @@ impl Member {
     /// The error this member failed with, if any (sticky).
     pub fn error(&self) -> Option<&Error> {
         self.failed.as_ref()
+    }
+
+    /// How long a source waits before sending a fragment again: a nack
+    /// that comes sooner after the last copy went out is taken to cross
+    /// it (on a network slower than the configured timers every quiet
+    /// nack would otherwise resend what is still on its way). Capped well
+    /// below the peer timeout.
+    fn holdoff(&self) -> Duration {
+        let measured = self.rtt.unwrap_or(Duration::ZERO);
+        self.cfg
+            .retx_holdoff
+            .max(measured)
+            .min(self.cfg.peer_timeout / 8)
+    }
+
+    /// How long a receiver waits without news before its first quiet-time
+    /// nack (doubled after each: [`Member::backed_off`]).
+    fn quiet_delay(&self) -> Duration {
+        self.cfg
+            .nack_delay
+            .max(self.hint)
+            .min(self.cfg.peer_timeout / 8)
+    }
+
+    /// The wait before the next quiet-time nack after `backoff` of them.
+    fn backed_off(&self, quiet: Duration, backoff: u32) -> Duration {
+        backed_off(&self.cfg, quiet, backoff)
     }
 
     fn usage(&self, what: String) -> Error {
@@ -558,6 +620,9 @@ impl Member {
         }
         if h.root == self.cfg.me {
             return Ok(()); // our own packet looped back
+        }
+        if h.hint != 0 {
+            self.hint = HINT_UNIT * u32::from(h.hint);
         }
         let ahead = h.bcast.wrapping_sub(self.next_id) as i32;
         if ahead >= 0 {
@@ -780,6 +845,9 @@ impl Member {
                 let Some(idx) = self.find(bcast) else {
                     return Ok(());
                 };
+                if self.open[idx].root == self.cfg.me && a.upto > 0 {
+                    self.sample_rtt(now, bcast, a.upto - 1);
+                }
                 self.apply_ack(idx, a)?;
                 self.update(idx, now);
                 self.gc();
@@ -800,15 +868,14 @@ impl Member {
                     return Err(self.fail(e));
                 }
                 let (held, sent) = (self.open[idx].held_from, self.open[idx].next_send);
+                let holdoff = self.holdoff();
                 for (first, count) in n.ranges {
                     let lo = first.max(held);
                     let hi = first.saturating_add(count).min(sent);
                     for f in lo..hi {
                         if let Some(s) = self.slot(bcast, f) {
                             let slot = &mut self.ring[s];
-                            if now.saturating_duration_since(slot.last_sent)
-                                >= self.cfg.retx_holdoff
-                            {
+                            if now.saturating_duration_since(slot.last_sent) >= holdoff {
                                 slot.last_sent = now;
                                 self.retx.push_back((bcast, f));
                             }
@@ -818,6 +885,16 @@ impl Member {
             }
         }
         Ok(())
+    }
+
+    /// A child's ack covers fragment `f` of this source's broadcast `b`:
+    /// a round-trip sample if that fragment is still held (an older one
+    /// was confirmed by an earlier ack).
+    fn sample_rtt(&mut self, now: Instant, b: u32, f: u32) {
+        if let Some(s) = self.slot(b, f) {
+            let r = now.saturating_duration_since(self.ring[s].first_sent);
+            self.rtt = Some(add_rtt(self.rtt, r));
+        }
     }
 
     /// Index in the ring of fragment `f` of broadcast `b`.
@@ -865,6 +942,11 @@ impl Member {
             )));
         };
         let p = self.cfg.payload();
+        let hint = match self.rtt {
+            Some(_) => (self.holdoff().as_micros() / HINT_UNIT.as_micros())
+                .clamp(1, u16::MAX as u128) as u16,
+            None => 0,
+        };
         let o = &mut self.open[idx];
         if src.len() as u64 != o.len {
             let what = format!(
@@ -887,6 +969,7 @@ impl Member {
             frag: f,
             nfrags: o.nfrags,
             len: o.len,
+            hint,
         }
         .write(&mut pkt);
         pkt.extend_from_slice(&src[off..off + n]);
@@ -899,6 +982,7 @@ impl Member {
             bcast: id,
             frag: f,
             last_sent: now,
+            first_sent: now,
             pkt,
         });
         self.gc();
@@ -911,13 +995,14 @@ impl Member {
     /// When `handle_timeout` wants to run next.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let me = self.cfg.me;
+        let quiet = self.quiet_delay();
         let mut t: Option<Instant> = None;
         let mut at = |x: Instant| t = Some(t.map_or(x, |y| y.min(x)));
         for o in &self.open {
             if !o.local_done(me) && !o.is_root(me) {
                 at(o.last_data + self.cfg.peer_timeout);
                 at(o.last_data.max(o.last_nack.unwrap_or(o.last_data))
-                    + self.cfg.nack_delay * (1 << o.nack_backoff.min(6)));
+                    + self.backed_off(quiet, o.nack_backoff));
             } else if o.sub < o.nfrags {
                 at(o.progress_at + self.cfg.peer_timeout);
             }
@@ -930,6 +1015,7 @@ impl Member {
     pub fn handle_timeout(&mut self, now: Instant) -> Result<(), Error> {
         self.check_failed()?;
         let me = self.cfg.me;
+        let quiet_delay = self.quiet_delay();
         let cfg = &self.cfg;
         for o in self.open.iter_mut() {
             if !o.local_done(me) && !o.is_root(me) {
@@ -948,7 +1034,7 @@ impl Member {
                 }
                 let since = o.last_nack.map_or(o.last_data, |n| n.max(o.last_data));
                 if now.saturating_duration_since(since)
-                    >= cfg.nack_delay * (1 << o.nack_backoff.min(6))
+                    >= backed_off(cfg, quiet_delay, o.nack_backoff)
                 {
                     o.nack_backoff += 1;
                     let mut ranges = Vec::new();

@@ -34,7 +34,14 @@ pub struct DataHdr {
     pub nfrags: u32,
     /// Bytes of the broadcast.
     pub len: u64,
+    /// The root's repair holdoff when it sent this packet, in units of
+    /// [`HINT_UNIT`] (0: none yet): receivers wait about that long
+    /// before a quiet-time nack (see `Member`'s round-trip estimate).
+    pub hint: u16,
 }
+
+/// The unit of [`DataHdr::hint`].
+pub const HINT_UNIT: std::time::Duration = std::time::Duration::from_micros(16);
 
 /// An ack: everything of `bcast` below fragment `upto` has reached the
 /// sender and its whole subtree; `laggard` is the member that holds the
@@ -84,7 +91,7 @@ impl DataHdr {
     pub fn write(&self, out: &mut [u8]) {
         out[0] = KIND_DATA;
         out[1] = VERSION;
-        out[2..4].fill(0);
+        out[2..4].copy_from_slice(&self.hint.to_le_bytes());
         out[4..8].copy_from_slice(&self.group.to_le_bytes());
         out[8..12].copy_from_slice(&self.bcast.to_le_bytes());
         out[12..16].copy_from_slice(&self.root.to_le_bytes());
@@ -106,6 +113,7 @@ impl DataHdr {
             frag: u32_at(p, 16),
             nfrags: u32_at(p, 20),
             len: u64::from_le_bytes(p[24..32].try_into().expect("8 bytes")),
+            hint: u16::from_le_bytes([p[2], p[3]]),
         };
         if h.frag >= h.nfrags {
             return None;
@@ -189,6 +197,7 @@ mod tests {
             frag: 4,
             nfrags: 5,
             len: 1 << 40,
+            hint: 0x1234,
         };
         let mut p = vec![0u8; DATA_HDR + 3];
         h.write(&mut p);
