@@ -1134,7 +1134,9 @@ impl Comm {
         if let Some(x) = self.eng.borrow().poison_err(op) {
             return Err(x);
         }
-        if choice.algorithm == "mcast" && self.run_mcast(&call, nodes)? {
+        if matches!(choice.algorithm, "mcast" | "hier")
+            && self.run_composed(&call, choice.algorithm, nodes)?
+        {
             return Ok(());
         }
         let mut r = self.build(call, choice, nodes)?;
@@ -1145,19 +1147,26 @@ impl Comm {
         res
     }
 
-    /// A blocking call with algorithm `mcast` (`crate::mcast`): `Ok(false)`
-    /// where multicast is off for this communicator, or the call cannot
-    /// use it (a reduction that does not commute: the leaders' order is
-    /// not rank order); its schedule, the node-aware one, runs then.
+    /// A blocking call with an algorithm composed of calls on
+    /// sub-communicators: `mcast` (`crate::mcast`) or `hier`
+    /// (`crate::hier`). `Ok(false)` where it is off for this communicator,
+    /// or the call cannot use it (a reduction that does not commute: the
+    /// leaders' order is not rank order); its schedule, the node-aware
+    /// one, runs then.
     #[cold]
-    fn run_mcast(&self, call: &Call<'_, '_>, nodes: &[usize]) -> Result<bool> {
+    fn run_composed(&self, call: &Call<'_, '_>, alg: &str, nodes: &[usize]) -> Result<bool> {
         let s = &call.spec;
+        let mcast = alg == "mcast";
         match s.coll {
             Collective::Bcast => {
                 // SAFETY: `call` borrows the buffer for this blocking call,
                 // and nothing else points into it while `buf` lives.
                 let buf = unsafe { std::slice::from_raw_parts_mut(call.recv, call.recv_len) };
-                self.bcast_mcast(buf, s.root, nodes)
+                if mcast {
+                    self.bcast_mcast(buf, s.root, nodes)
+                } else {
+                    self.bcast_hier(buf, s.root, nodes)
+                }
             }
             Collective::Allreduce => {
                 let Some(k) = call.reduce.as_ref().filter(|k| k.is_commutative()) else {
@@ -1172,16 +1181,23 @@ impl Comm {
                         std::slice::from_raw_parts_mut(call.recv, call.recv_len),
                     )
                 };
-                self.allreduce_mcast(send, recv, s.esize, k, (s.rop, s.rty), nodes)
+                let sig = (s.rop, s.rty);
+                if mcast {
+                    self.allreduce_mcast(send, recv, s.esize, k, sig, nodes)
+                } else {
+                    self.allreduce_hier(send, recv, s.esize, k, sig, nodes)
+                }
             }
-            Collective::Barrier => self.barrier_mcast(nodes),
+            Collective::Barrier if mcast => self.barrier_mcast(nodes),
+            Collective::Barrier => self.barrier_hier(nodes),
             _ => Ok(false),
         }
     }
 
     /// A blocking reduce of `esize`-byte elements combined by `k` to
     /// `root` (`send` `None`: in place in `recv`), for the phases of the
-    /// multicast allreduce on its node and leaders communicators.
+    /// `mcast` and `hier` allreduces on their node and leaders
+    /// communicators.
     pub(crate) fn reduce_bytes(
         &self,
         send: Option<&[u8]>,
@@ -1199,6 +1215,25 @@ impl Comm {
             esize,
             (k.clone(), sig),
             root,
+        ))
+    }
+
+    /// A blocking allreduce in place of `esize`-byte elements combined by
+    /// `k` (the leaders' phase of `hier`).
+    pub(crate) fn allreduce_bytes(
+        &self,
+        buf: &mut [u8],
+        esize: usize,
+        k: &ByteReduce,
+        sig: OpSig,
+    ) -> Result<()> {
+        self.block(self.reduce_like_bytes(
+            Collective::Allreduce,
+            None,
+            buf,
+            esize,
+            (k.clone(), sig),
+            0,
         ))
     }
 

@@ -47,6 +47,9 @@ pub struct Comm {
     /// Multicast broadcast state, set up on first use (`mcast.rs`); holds
     /// the group membership, left when the communicator is dropped.
     pub(crate) mcast: std::cell::RefCell<Option<crate::mcast::State>>,
+    /// Node and leaders communicators of the `hier` algorithms, made on
+    /// first use (`hier.rs`).
+    pub(crate) hier: std::cell::RefCell<Option<crate::hier::State>>,
 }
 
 impl std::fmt::Debug for Comm {
@@ -70,6 +73,7 @@ impl Comm {
             group: (0..size).collect::<Vec<_>>().into(),
             coll: Default::default(),
             mcast: Default::default(),
+            hier: Default::default(),
         }
     }
 
@@ -511,6 +515,7 @@ impl Comm {
             group,
             coll: Default::default(),
             mcast: Default::default(),
+            hier: Default::default(),
         }))
     }
 
@@ -528,6 +533,7 @@ impl Comm {
             group: Rc::from([me]),
             coll: Default::default(),
             mcast: Default::default(),
+            hier: Default::default(),
         }
     }
 

@@ -29,6 +29,7 @@ pub mod datatype;
 pub(crate) mod engine;
 pub mod error;
 pub(crate) mod fastpath;
+mod hier;
 mod mcast;
 pub mod ops;
 pub mod request;

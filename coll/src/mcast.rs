@@ -22,8 +22,9 @@
 
 use crate::algorithms::Collective;
 use crate::collectives::OpSig;
-use crate::comm::{Comm, ANY_SOURCE, UNDEFINED};
+use crate::comm::{Comm, ANY_SOURCE};
 use crate::error::{Error, Op, Result};
+use crate::hier::Levels;
 use crate::ops::{ByteReduce, ReduceOp};
 use ibcoll_rdma::rmcast::{self, Data, Dest, DropFilter, Member};
 use ibcoll_rdma::{group_gid, DeviceSelection, McastGroup, ProtectionDomain, UdConfig};
@@ -42,14 +43,10 @@ pub(crate) enum State {
 }
 
 pub(crate) struct Active {
-    node: Comm,
+    /// The node and leaders communicators.
+    lv: Levels,
     /// Leaders only.
     lead: Option<Leader>,
-    /// Node of every rank, that node's leaders-communicator rank, and the
-    /// rank's index in its node communicator.
-    node_of: Vec<u32>,
-    leader_rank_of_node: Vec<u32>,
-    local_index: Vec<u32>,
 }
 
 struct Leader {
@@ -125,61 +122,21 @@ impl Comm {
     }
 
     fn mcast_setup(&self, nodes: &[usize]) -> Result<State> {
-        let mut lowest: Vec<Option<usize>> = Vec::new();
-        for (r, &nd) in nodes.iter().enumerate() {
-            if lowest.len() <= nd {
-                lowest.resize(nd + 1, None);
-            }
-            lowest[nd].get_or_insert(r);
-        }
-        let mut leaders: Vec<usize> = lowest.iter().flatten().copied().collect();
-        leaders.sort_unstable();
-        if leaders.len() < 2 {
+        let Some(lv) = self.levels(nodes, OP)? else {
             return Ok(State::Off);
-        }
-        let me = self.rank();
-        let my_node = nodes[me];
-        let is_leader = lowest[my_node] == Some(me);
-        let node = self
-            .split(my_node as i32, me as i32)?
-            .ok_or_else(|| self.mcast_err("no node communicator".into()))?;
-        let lcomm = self.split(if is_leader { 0 } else { UNDEFINED }, me as i32)?;
-        // Their own broadcasts (setup, the phases inside nodes) take the
-        // tree even when mcast is forced: no recursion.
-        *node.mcast.borrow_mut() = Some(State::Off);
-        if let Some(l) = &lcomm {
-            *l.mcast.borrow_mut() = Some(State::Off);
-        }
-        let mut leader_rank_of_node = vec![u32::MAX; lowest.len()];
-        for (i, &l) in leaders.iter().enumerate() {
-            leader_rank_of_node[nodes[l]] = i as u32;
-        }
-        let mut count = vec![0u32; lowest.len()];
-        let local_index = nodes
-            .iter()
-            .map(|&nd| {
-                count[nd] += 1;
-                count[nd] - 1
-            })
-            .collect();
+        };
         let mut decision = [0u8];
         let mut lead = None;
-        if let Some(lc) = lcomm {
-            let (l, ok) = self.mcast_join(&lc)?;
+        if let Some(lc) = &lv.leaders {
+            let (l, ok) = self.mcast_join(lc)?;
             decision[0] = u8::from(ok);
             lead = l;
         }
-        node.bcast(&mut decision, 0)?;
+        lv.node.bcast(&mut decision, 0)?;
         if decision[0] == 0 {
             return Ok(State::Off);
         }
-        Ok(State::On(Box::new(Active {
-            node,
-            lead,
-            node_of: nodes.iter().map(|&x| x as u32).collect(),
-            leader_rank_of_node,
-            local_index,
-        })))
+        Ok(State::On(Box::new(Active { lv, lead })))
     }
 
     /// Join at one leader; all leaders agree. `Ok((None, false))`: fall back.
@@ -290,12 +247,12 @@ impl Comm {
         let State::On(a) = &*st else {
             return Ok(false);
         };
-        let root_node = a.node_of[root] as usize;
-        let mine = a.node_of[self.rank()] as usize;
+        let root_node = a.lv.node_of[root] as usize;
+        let mine = a.lv.node_of[self.rank()] as usize;
         if mine == root_node {
-            a.node.bcast(buf, a.local_index[root] as usize)?;
+            a.lv.node.bcast(buf, a.lv.local_index[root] as usize)?;
         }
-        let lroot = a.leader_rank_of_node[root_node];
+        let lroot = a.lv.leader_rank_of_node[root_node];
         drop(st);
         self.lead_bcast(buf, lroot, OP)?;
         if mine != root_node {
@@ -323,7 +280,7 @@ impl Comm {
         let State::On(a) = &*st else {
             return Ok(false);
         };
-        a.node
+        a.lv.node
             .reduce_bytes(send, recv, esize, k, sig, 0)
             .map_err(|e| e.with_op(OP))?;
         if let Some(l) = &a.lead {
@@ -348,7 +305,7 @@ impl Comm {
             return Ok(false);
         };
         let mut b = [0u8; 1];
-        a.node
+        a.lv.node
             .reduce_in_place(&mut b, ReduceOp::Max, 0)
             .map_err(|e| e.with_op(OP))?;
         if let Some(l) = &a.lead {
@@ -377,7 +334,7 @@ impl Comm {
     /// Every leader's `buf` to the other ranks of its node.
     fn node_bcast(&self, buf: &mut [u8], op: Op) -> Result<()> {
         if let Some(State::On(a)) = self.mcast.borrow().as_ref() {
-            a.node.bcast(buf, 0).map_err(|e| e.with_op(op))?;
+            a.lv.node.bcast(buf, 0).map_err(|e| e.with_op(op))?;
         }
         Ok(())
     }

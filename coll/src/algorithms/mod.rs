@@ -226,11 +226,11 @@ pub(crate) fn in_rank_order<'a>(
 }
 
 /// Whether `alg` is built on the node map (`Args::nodes`): the two-level
-/// algorithms (`mcast`'s schedule, its fallback and nonblocking form, is
-/// the node-aware tree). The others get no map, so that their schedules
+/// algorithms (`mcast`'s and `hier`'s schedules, their fallback and
+/// nonblocking form, are the node-aware ones). The others get no map, so that their schedules
 /// do not depend on placement.
 pub(crate) fn uses_placement(alg: &str) -> bool {
-    matches!(alg, "node_aware" | "multi_leader" | "mcast")
+    matches!(alg, "node_aware" | "multi_leader" | "mcast" | "hier")
 }
 
 /// Builds one rank's schedule.
@@ -299,6 +299,9 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
                 // leaders (`crate::mcast`); the schedule is the fallback
                 // (and the nonblocking form).
                 alg("mcast", barrier::node_aware::build),
+                // Blocking calls: the node's fast path, the leaders' barrier,
+                // the node's fast path again (`crate::hier`).
+                alg("hier", barrier::node_aware::build),
                 SHM_ALG,
             ];
             L
@@ -313,6 +316,9 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
                 // (`crate::mcast`); the schedule is the fallback (and the
                 // nonblocking form): the node-aware tree.
                 alg("mcast", bcast::node_aware::build),
+                // Blocking calls: the root's node's fast path, the leaders'
+                // bcast, every other node's fast path (`crate::hier`).
+                alg("hier", bcast::node_aware::build),
                 SHM_ALG,
             ];
             L
@@ -339,6 +345,10 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
                 // the leaders' result by multicast (`crate::mcast`); the
                 // schedule is the fallback (and the nonblocking form).
                 alg("mcast", allreduce::node_aware::build),
+                // Blocking calls with a commutative operation: the node's
+                // fast-path reduce, the leaders' allreduce, the node's
+                // fast-path bcast (`crate::hier`).
+                alg("hier", allreduce::node_aware::build),
                 SHM_ALG,
             ];
             L

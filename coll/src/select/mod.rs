@@ -322,6 +322,13 @@ impl Table {
             // hosts, 1 MiB: 2 x 1 426-447 vs 637-712 us Rabenseifner,
             // 2 x 2 4.3 vs 7.4-9.0 ms node-aware).
             multi_node(rule(Allreduce, ANY, ANY, 32 * k, "node_aware")),
+            over_tcp(rule(Allreduce, 4, 1, ANY, "ring")),
+            // With two ranks per node node-aware stays ahead to 256 KiB
+            // (simulated hosts, 2 x 2, 3 interleaved rounds: 64 KiB 93
+            // (79-114) vs ring 192 (175-204) us, 256 KiB 269 (263-392)
+            // vs 429 (409-441); 1 MiB mixed, 1222 (953-1759) vs 1509
+            // (1350-2217) and 1893 (955-2461) in another column).
+            multi_node(rule(Allreduce, 4, ANY, 256 * k, "node_aware")),
             over_tcp(rule(Allreduce, 4, ANY, ANY, "ring")),
             seg(rule(Allreduce, 8, 1, 512 * k, "ring"), ANY),
             rule(Allreduce, ANY, 1, ANY, "rabenseifner"),
@@ -724,7 +731,9 @@ fn choose_uncached(
         segment_bytes: SEG,
         window: WINDOW,
     };
-    let usable = |a: &str| fast_ok || a != SHM;
+    // `hier` composes calls on a node communicator, which must take the
+    // table (its fast path), not a forced `hier` again.
+    let usable = |a: &str| (fast_ok || a != SHM) && (a != "hier" || net != Net::Shm);
     if let Some(a) = FORCED.with(|f| f.borrow()[c.index()]).filter(|a| usable(a)) {
         let base = default_lookup(c, size, ppn, bytes, net, fast_ok);
         return Ok(Choice {
