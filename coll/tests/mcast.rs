@@ -39,9 +39,9 @@ fn mcast_bcast_3_nodes_with_loss() {
     if !have_rdma() {
         return;
     }
-    // 1% loss up to 16 MiB (12 sizes: 24 broadcasts, 12 allreduces), 10%
+    // 1% loss up to 16 MiB (13 sizes: 26 broadcasts, 13 allreduces), 10%
     // up to 256 KiB (10 sizes).
-    for (rate, max, sizes) in [("0.01", "16777216", 12), ("0.1", "262144", 10)] {
+    for (rate, max, sizes) in [("0.01", "16777216", 13), ("0.1", "262144", 10)] {
         let drop = format!("IBCOLL_MCAST_DROP_RATE={rate}");
         let out = job(
             300,
