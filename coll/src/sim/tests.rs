@@ -778,9 +778,10 @@ fn flat_algorithms(c: Collective, n: usize) -> Vec<&'static str> {
         .collect()
 }
 
-/// The algorithms built on the node map (two levels; `mcast`'s schedule is
-/// the node-aware tree).
-const TWO_LEVEL: [&str; 3] = ["node_aware", "multi_leader", "mcast"];
+/// The algorithms built on the node map (two levels; the schedules of
+/// `mcast` and `hier`, their nonblocking form and fallback, are the
+/// node-aware ones).
+const TWO_LEVEL: [&str; 4] = ["node_aware", "multi_leader", "mcast", "hier"];
 
 /// The best two-level choice against the best flat one; prints a table
 /// row per case and returns (best two-level, best flat, its name).
