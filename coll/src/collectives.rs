@@ -292,6 +292,17 @@ impl std::hash::Hasher for IdHasher {
 /// call's `ByteReduce::codes`).
 pub(crate) type OpSig = (u8, u8);
 
+/// A reduction's buffers and operation as bytes (the composed algorithms
+/// run their phases with it: `Comm::reduce_bytes`).
+pub(crate) struct ReduceArgs<'a> {
+    /// `None`: in place in `recv`.
+    pub send: Option<&'a [u8]>,
+    pub recv: &'a mut [u8],
+    pub esize: usize,
+    pub k: &'a ByteReduce,
+    pub sig: OpSig,
+}
+
 type CtxMap = HashMap<u32, CommInfo, std::hash::BuildHasherDefault<IdHasher>>;
 
 thread_local! {
@@ -1181,11 +1192,17 @@ impl Comm {
                         std::slice::from_raw_parts_mut(call.recv, call.recv_len),
                     )
                 };
-                let sig = (s.rop, s.rty);
+                let a = ReduceArgs {
+                    send,
+                    recv,
+                    esize: s.esize,
+                    k,
+                    sig: (s.rop, s.rty),
+                };
                 if mcast {
-                    self.allreduce_mcast(send, recv, s.esize, k, sig, nodes)
+                    self.allreduce_mcast(a, nodes)
                 } else {
-                    self.allreduce_hier(send, recv, s.esize, k, sig, nodes)
+                    self.allreduce_hier(a, nodes)
                 }
             }
             Collective::Barrier if mcast => self.barrier_mcast(nodes),
@@ -1194,47 +1211,19 @@ impl Comm {
         }
     }
 
-    /// A blocking reduce of `esize`-byte elements combined by `k` to
-    /// `root` (`send` `None`: in place in `recv`), for the phases of the
-    /// `mcast` and `hier` allreduces on their node and leaders
-    /// communicators.
-    pub(crate) fn reduce_bytes(
-        &self,
-        send: Option<&[u8]>,
-        recv: &mut [u8],
-        esize: usize,
-        k: &ByteReduce,
-        sig: OpSig,
-        root: usize,
-    ) -> Result<()> {
-        self.check_root(Collective::Reduce, root)?;
-        self.block(self.reduce_like_bytes(
-            Collective::Reduce,
-            send,
-            recv,
-            esize,
-            (k.clone(), sig),
-            root,
-        ))
-    }
-
-    /// A blocking allreduce in place of `esize`-byte elements combined by
-    /// `k` (the leaders' phase of `hier`).
-    pub(crate) fn allreduce_bytes(
-        &self,
-        buf: &mut [u8],
-        esize: usize,
-        k: &ByteReduce,
-        sig: OpSig,
-    ) -> Result<()> {
-        self.block(self.reduce_like_bytes(
-            Collective::Allreduce,
-            None,
-            buf,
-            esize,
-            (k.clone(), sig),
-            0,
-        ))
+    /// A blocking reduce of `a` to `root` (`a.send` `None`: in place in
+    /// `a.recv`), or with `root` `None` an allreduce in place of `a.recv`:
+    /// the phases of the `mcast` and `hier` allreduces on their node and
+    /// leaders communicators.
+    pub(crate) fn reduce_bytes(&self, a: &mut ReduceArgs<'_>, root: Option<usize>) -> Result<()> {
+        let (c, send, root) = match root {
+            Some(r) => {
+                self.check_root(Collective::Reduce, r)?;
+                (Collective::Reduce, a.send, r)
+            }
+            None => (Collective::Allreduce, None, 0),
+        };
+        self.block(self.reduce_like_bytes(c, send, a.recv, a.esize, (a.k.clone(), a.sig), root))
     }
 
     /// Starts the nonblocking collective `c` in `scope`.

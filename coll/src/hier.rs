@@ -13,10 +13,10 @@
 //! takes a forced `hier` (`select`), so their calls use the table.
 
 use crate::algorithms::Collective;
-use crate::collectives::OpSig;
+use crate::collectives::ReduceArgs;
 use crate::comm::{Comm, UNDEFINED};
 use crate::error::{Error, Op, Result};
-use crate::ops::{ByteReduce, ReduceOp};
+use crate::ops::ReduceOp;
 
 /// A communicator's node and leaders communicators.
 pub(crate) struct Levels {
@@ -166,31 +166,38 @@ impl Comm {
         Ok(true)
     }
 
-    /// Allreduce with a commutative `k`: reduce in the node to its leader,
-    /// allreduce among the leaders, bcast in the node. `Ok(false)`: not
-    /// composed here.
-    pub(crate) fn allreduce_hier(
-        &self,
-        send: Option<&[u8]>,
-        recv: &mut [u8],
-        esize: usize,
-        k: &ByteReduce,
-        sig: OpSig,
-        nodes: &[usize],
-    ) -> Result<bool> {
+    /// Allreduce with a commutative operation: reduce in the node to its
+    /// leader, allreduce among the leaders, bcast in the node.
+    /// `Ok(false)`: not composed here.
+    pub(crate) fn allreduce_hier(&self, mut a: ReduceArgs<'_>, nodes: &[usize]) -> Result<bool> {
         const OP: Op = Op::Collective(Collective::Allreduce);
         let st = self.hier_state(nodes, OP)?;
         let State::On(l) = &*st else {
             return Ok(false);
         };
-        l.node
-            .reduce_bytes(send, recv, esize, k, sig, 0)
-            .map_err(|e| e.with_op(OP))?;
-        if let Some(lc) = &l.leaders {
-            lc.allreduce_bytes(recv, esize, k, sig)
-                .map_err(|e| e.with_op(OP))?;
-        }
-        l.node.bcast(recv, 0).map_err(|e| e.with_op(OP))?;
+        l.reduce_to_leaders(&mut a, None, OP)?;
+        l.node.bcast(a.recv, 0).map_err(|e| e.with_op(OP))?;
         Ok(true)
+    }
+}
+
+impl Levels {
+    /// The reduce phases of a two-level allreduce: the node's reduce of
+    /// `a` to its leader, then among the leaders a reduce to leader
+    /// `to` (or with `None` an allreduce), in place. Errors name `op`.
+    pub(crate) fn reduce_to_leaders(
+        &self,
+        a: &mut ReduceArgs<'_>,
+        to: Option<usize>,
+        op: Op,
+    ) -> Result<()> {
+        self.node
+            .reduce_bytes(a, Some(0))
+            .map_err(|e| e.with_op(op))?;
+        if let Some(lc) = &self.leaders {
+            a.send = None;
+            lc.reduce_bytes(a, to).map_err(|e| e.with_op(op))?;
+        }
+        Ok(())
     }
 }

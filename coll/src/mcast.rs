@@ -21,11 +21,11 @@
 //! communicator (reliable, in order per pair).
 
 use crate::algorithms::Collective;
-use crate::collectives::OpSig;
+use crate::collectives::ReduceArgs;
 use crate::comm::{Comm, ANY_SOURCE};
 use crate::error::{Error, Op, Result};
 use crate::hier::Levels;
-use crate::ops::{ByteReduce, ReduceOp};
+use crate::ops::ReduceOp;
 use ibcoll_rdma::rmcast::{self, Data, Dest, DropFilter, Member};
 use ibcoll_rdma::{group_gid, DeviceSelection, McastGroup, ProtectionDomain, UdConfig};
 use std::time::{Duration, Instant};
@@ -264,33 +264,19 @@ impl Comm {
     /// Allreduce with the leaders' result broadcast by multicast: every
     /// node reduces to its leader (shared memory), the leaders reduce to
     /// leader 0, which multicasts the result, and every leader passes it on
-    /// inside its node. `k` commutes (the leaders' order is not rank order).
+    /// inside its node. The operation commutes (the leaders' order is not rank
+    /// order).
     /// `Ok(false)`: multicast is off for this communicator.
-    pub(crate) fn allreduce_mcast(
-        &self,
-        send: Option<&[u8]>,
-        recv: &mut [u8],
-        esize: usize,
-        k: &ByteReduce,
-        sig: OpSig,
-        nodes: &[usize],
-    ) -> Result<bool> {
+    pub(crate) fn allreduce_mcast(&self, mut a: ReduceArgs<'_>, nodes: &[usize]) -> Result<bool> {
         const OP: Op = Op::Collective(Collective::Allreduce);
         let st = self.mcast_state(nodes)?;
-        let State::On(a) = &*st else {
+        let State::On(m) = &*st else {
             return Ok(false);
         };
-        a.lv.node
-            .reduce_bytes(send, recv, esize, k, sig, 0)
-            .map_err(|e| e.with_op(OP))?;
-        if let Some(l) = &a.lead {
-            l.comm
-                .reduce_bytes(None, recv, esize, k, sig, 0)
-                .map_err(|e| e.with_op(OP))?;
-        }
+        m.lv.reduce_to_leaders(&mut a, Some(0), OP)?;
         drop(st);
-        self.lead_bcast(recv, 0, OP)?;
-        self.node_bcast(recv, OP)?;
+        self.lead_bcast(a.recv, 0, OP)?;
+        self.node_bcast(a.recv, OP)?;
         Ok(true)
     }
 
