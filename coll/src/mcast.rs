@@ -27,7 +27,10 @@ use crate::error::{Error, Op, Result};
 use crate::hier::Levels;
 use crate::ops::ReduceOp;
 use ibcoll_rdma::rmcast::{self, Data, Dest, DropFilter, Member};
-use ibcoll_rdma::{group_gid, DeviceSelection, McastGroup, ProtectionDomain, UdConfig};
+use ibcoll_rdma::{
+    group_gid, DeviceSelection, McastGroup, ProtectionDomain, SelectedPort, UdConfig,
+};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Tag of acks and nacks on the (private) leaders communicator.
@@ -139,6 +142,32 @@ impl Comm {
         Ok(State::On(Box::new(Active { lv, lead })))
     }
 
+    /// The device port and protection domain a group's QP is made on:
+    /// the engine's own, when it talks rdma (one device context per
+    /// process, whatever the number of groups), else this node's device
+    /// opened for the group (`IBCOLL_TRANSPORT=tcp` with multicast).
+    fn mcast_device(&self) -> std::result::Result<(SelectedPort, Arc<ProtectionDomain>), String> {
+        if let Some(ctx) = self.eng.borrow().rdma.as_ref().map(|r| r.ctx.clone()) {
+            return Ok((ctx.port.clone(), ctx.pd.clone()));
+        }
+        let env = |k: &str| std::env::var(k).ok();
+        let dev = crate::transport::rdma::device_for_node(
+            env(ibcoll_rdma::device::ENV_DEVICE).as_deref(),
+            self.node_id(),
+        );
+        let sel = DeviceSelection::from_lookup(|k| {
+            if k == ibcoll_rdma::device::ENV_DEVICE {
+                dev.clone()
+            } else {
+                env(k).filter(|v| !v.trim().eq_ignore_ascii_case("auto"))
+            }
+        })
+        .map_err(|e| e.to_string())?;
+        let port = sel.select().map_err(|e| e.to_string())?;
+        let pd = ProtectionDomain::new(&port.context).map_err(|e| e.to_string())?;
+        Ok((port, pd))
+    }
+
     /// Join at one leader; all leaders agree. `Ok((None, false))`: fall back.
     fn mcast_join(&self, lc: &Comm) -> Result<(Option<Leader>, bool)> {
         use std::hash::{BuildHasher, Hasher};
@@ -155,22 +184,7 @@ impl Comm {
             ))
         })();
         let joined = settings.and_then(|s| {
-            let node_id = self.node_id();
-            let env = |k: &str| std::env::var(k).ok();
-            let dev = crate::transport::rdma::device_for_node(
-                env(ibcoll_rdma::device::ENV_DEVICE).as_deref(),
-                node_id,
-            );
-            let sel = DeviceSelection::from_lookup(|k| {
-                if k == ibcoll_rdma::device::ENV_DEVICE {
-                    dev.clone()
-                } else {
-                    env(k).filter(|v| !v.trim().eq_ignore_ascii_case("auto"))
-                }
-            })
-            .map_err(|e| e.to_string())?;
-            let port = sel.select().map_err(|e| e.to_string())?;
-            let pd = ProtectionDomain::new(&port.context).map_err(|e| e.to_string())?;
+            let (port, pd) = self.mcast_device()?;
             let window = s.1.clamp(4, 1024) as usize;
             let cfg = UdConfig {
                 qkey: 0x1bc0_11ec,
@@ -334,12 +348,14 @@ impl Leader {
     fn fail(&self, e: rmcast::Error) -> Error {
         let rank = self.comm.world_rank(self.comm.rank()).unwrap_or(0);
         match e {
-            rmcast::Error::PeerLost { peer, .. } => Error::PeerLost {
-                rank,
-                peer: self.peer_world(peer),
-                op: OP,
-                reason: e.to_string(),
-            },
+            rmcast::Error::PeerLost { peer, .. } | rmcast::Error::Reported { peer, .. } => {
+                Error::PeerLost {
+                    rank,
+                    peer: self.peer_world(peer),
+                    op: OP,
+                    reason: e.to_string(),
+                }
+            }
             other => Error::InvalidArgument {
                 rank,
                 op: OP,
@@ -349,6 +365,20 @@ impl Leader {
     }
 
     fn bcast(&mut self, buf: &mut [u8], root: u32) -> Result<()> {
+        let r = self.bcast_until_done(buf, root);
+        if r.is_err() {
+            // Lost a member: tell the others, who may wait for it too
+            // (best effort; they time out otherwise).
+            while let Some(t) = self.member.poll_abort() {
+                if let Dest::Member(to) = t.dest {
+                    let _ = self.comm.send(t.bytes, to as usize, TAG_CTRL);
+                }
+            }
+        }
+        r
+    }
+
+    fn bcast_until_done(&mut self, buf: &mut [u8], root: u32) -> Result<()> {
         let me = self.comm.rank() as u32;
         let len = buf.len();
         let mut d = if root == me {

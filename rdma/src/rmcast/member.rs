@@ -2,7 +2,7 @@
 //! out (no sockets, no clock). See the module documentation for the
 //! protocol.
 
-use super::wire::{Ack, Control, DataHdr, Nack, DATA_HDR, HINT_UNIT, NACK_MAX_RANGES};
+use super::wire::{Abort, Ack, Control, DataHdr, Nack, DATA_HDR, HINT_UNIT, NACK_MAX_RANGES};
 use std::collections::VecDeque;
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -35,8 +35,9 @@ pub struct Config {
     /// however many members nack it (suppression at the root), or in its
     /// measured round trip where that is longer.
     pub retx_holdoff: Duration,
-    /// No progress for this long on something this member waits for (data
-    /// from the root, acks from a subtree): `Error::PeerLost`.
+    /// No progress for this long on something this member waits for (acks
+    /// from a subtree; data from the root: a quarter longer):
+    /// `Error::PeerLost`.
     pub peer_timeout: Duration,
     /// Broadcasts a member keeps open (begun, not yet acknowledged by its
     /// subtree) before `can_begin` says wait.
@@ -124,6 +125,20 @@ pub enum Error {
         /// How long without progress.
         waited: Duration,
     },
+    /// Another member lost `peer` (its [`Error::PeerLost`]) and said so
+    /// in an abort: this member stops waiting too.
+    Reported {
+        /// Group tag.
+        group: u32,
+        /// This member.
+        me: u32,
+        /// The member lost.
+        peer: u32,
+        /// Broadcast number.
+        bcast: u32,
+        /// The member that lost it.
+        by: u32,
+    },
     /// The root's packets disagree with this member's call.
     Mismatch {
         /// Group tag.
@@ -162,6 +177,16 @@ impl fmt::Display for Error {
             } => write!(
                 f,
                 "multicast group {group:#x}: member {me} lost member {peer} in broadcast {bcast}: no {what} for {waited:?}"
+            ),
+            Error::Reported {
+                group,
+                me,
+                peer,
+                bcast,
+                by,
+            } => write!(
+                f,
+                "multicast group {group:#x}: member {by} lost member {peer} in broadcast {bcast} (member {me} was told)"
             ),
             Error::Mismatch {
                 group,
@@ -341,6 +366,15 @@ impl Open {
     }
 }
 
+/// How long a receiver waits for the root's data: a quarter more than the
+/// peer timeout, so that a root stalled on another member's acks (it
+/// stops sending when its window is full) fails first, naming that
+/// member, and its abort reaches the receivers before they would blame
+/// the root.
+fn data_timeout(cfg: &Config) -> Duration {
+    cfg.peer_timeout + cfg.peer_timeout / 4
+}
+
 /// `quiet` doubled `backoff` times (at most 64x), but never past an
 /// eighth of the peer timeout: a receiver nacks several times before it
 /// gives up on the root.
@@ -386,6 +420,8 @@ pub struct Member {
     rtt: Option<Duration>,
     /// As a receiver: the last root's hint (`DataHdr::hint`).
     hint: Duration,
+    /// Aborts to send after this member lost a peer ([`Member::poll_abort`]).
+    aborts: Vec<(u32, Abort)>,
 }
 
 impl Member {
@@ -408,6 +444,7 @@ impl Member {
             stats: Stats::default(),
             rtt: None,
             hint: Duration::ZERO,
+            aborts: Vec::new(),
         })
     }
 
@@ -480,8 +517,45 @@ impl Member {
     fn fail(&mut self, e: Error) -> Error {
         if self.failed.is_none() {
             self.failed = Some(e.clone());
+            if let Error::PeerLost {
+                group,
+                me,
+                peer,
+                bcast,
+                ..
+            } = e
+            {
+                // Everyone else may wait for the lost member too (a root
+                // stalled on its acks stops sending, so the others would
+                // time out naming the root): tell them.
+                self.aborts = (0..self.cfg.members)
+                    .filter(|&m| m != me && m != peer)
+                    .map(|m| {
+                        let a = Abort {
+                            group,
+                            bcast,
+                            from: me,
+                            dead: peer,
+                        };
+                        (m, a)
+                    })
+                    .collect();
+            }
         }
         e
+    }
+
+    /// After this member failed with [`Error::PeerLost`]: the next abort
+    /// to send to another member over the reliable channel (each member
+    /// once), also while every other call returns the error. Error paths
+    /// only: one message per member.
+    pub fn poll_abort(&mut self) -> Option<Transmit<'_>> {
+        let (to, a) = self.aborts.pop()?;
+        Control::Abort(a).encode(&mut self.scratch);
+        Some(Transmit {
+            dest: Dest::Member(to),
+            bytes: &self.scratch,
+        })
     }
 
     fn check_failed(&self) -> Result<(), Error> {
@@ -817,6 +891,7 @@ impl Member {
         let (group, bcast, sender) = match &c {
             Control::Ack(a) => (a.group, a.bcast, a.from),
             Control::Nack(n) => (n.group, n.bcast, n.from),
+            Control::Abort(a) => (a.group, a.bcast, a.from),
         };
         if group != self.cfg.group || sender != from {
             let e = self.usage(format!(
@@ -826,6 +901,22 @@ impl Member {
         }
         let ahead = bcast.wrapping_sub(self.next_id) as i32 >= 0;
         match c {
+            Control::Abort(a) => {
+                // Not about this member itself (a receiver that timed out
+                // on a root stalled by another member names the root).
+                if a.dead != self.cfg.me {
+                    let e = Error::Reported {
+                        group,
+                        me: self.cfg.me,
+                        peer: a.dead,
+                        bcast,
+                        by: from,
+                    };
+                    // Told, not found: no aborts of its own.
+                    self.failed.get_or_insert(e.clone());
+                    return Err(e);
+                }
+            }
             Control::Ack(a) => {
                 if ahead {
                     // A child got everything before this member began.
@@ -1000,7 +1091,7 @@ impl Member {
         let mut at = |x: Instant| t = Some(t.map_or(x, |y| y.min(x)));
         for o in &self.open {
             if !o.local_done(me) && !o.is_root(me) {
-                at(o.last_data + self.cfg.peer_timeout);
+                at(o.last_data + data_timeout(&self.cfg));
                 at(o.last_data.max(o.last_nack.unwrap_or(o.last_data))
                     + self.backed_off(quiet, o.nack_backoff));
             } else if o.sub < o.nfrags {
@@ -1020,7 +1111,7 @@ impl Member {
         for o in self.open.iter_mut() {
             if !o.local_done(me) && !o.is_root(me) {
                 let quiet = now.saturating_duration_since(o.last_data);
-                if quiet >= cfg.peer_timeout {
+                if quiet >= data_timeout(cfg) {
                     let e = Error::PeerLost {
                         group: cfg.group,
                         me,
@@ -1029,8 +1120,7 @@ impl Member {
                         what: "data from the root (or an acknowledgement it waits for)",
                         waited: quiet,
                     };
-                    self.failed = Some(e.clone());
-                    return Err(e);
+                    return Err(self.fail(e));
                 }
                 let since = o.last_nack.map_or(o.last_data, |n| n.max(o.last_data));
                 if now.saturating_duration_since(since)
@@ -1078,8 +1168,7 @@ impl Member {
                         what: "acknowledgement",
                         waited: quiet,
                     };
-                    self.failed = Some(e.clone());
-                    return Err(e);
+                    return Err(self.fail(e));
                 }
             }
         }

@@ -11,6 +11,8 @@ pub const DATA_HDR: usize = 32;
 pub const ACK_LEN: usize = 24;
 /// Bytes of a nack before its ranges.
 pub const NACK_HDR: usize = 20;
+/// Bytes of an abort.
+pub const ABORT_LEN: usize = 20;
 /// Ranges one nack carries at most (keeps a nack under 300 bytes).
 pub const NACK_MAX_RANGES: usize = 32;
 
@@ -18,6 +20,7 @@ const VERSION: u8 = 1;
 const KIND_DATA: u8 = 0xD1;
 const KIND_ACK: u8 = 0xA1;
 const KIND_NACK: u8 = 0x5A;
+const KIND_ABORT: u8 = 0xAB;
 
 /// Header of one fragment of one broadcast.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,13 +76,29 @@ pub struct Nack {
     pub ranges: Vec<(u32, u32)>,
 }
 
-/// A control message (ack or nack).
+/// An abort: the sender failed broadcast `bcast` because member `dead`
+/// made no progress; the others stop waiting and fail naming `dead`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Abort {
+    /// Group tag.
+    pub group: u32,
+    /// Broadcast number.
+    pub bcast: u32,
+    /// Sending member.
+    pub from: u32,
+    /// The member it lost.
+    pub dead: u32,
+}
+
+/// A control message (ack, nack or abort).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Control {
     /// See [`Ack`].
     Ack(Ack),
     /// See [`Nack`].
     Nack(Nack),
+    /// See [`Abort`].
+    Abort(Abort),
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
@@ -145,6 +164,12 @@ impl Control {
                     out.extend_from_slice(&c.to_le_bytes());
                 }
             }
+            Control::Abort(a) => {
+                out.extend_from_slice(&[KIND_ABORT, VERSION, 0, 0]);
+                for v in [a.group, a.bcast, a.from, a.dead] {
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
+            }
         }
     }
 
@@ -160,6 +185,12 @@ impl Control {
                 from: u32_at(p, 12),
                 upto: u32_at(p, 16),
                 laggard: u32_at(p, 20),
+            })),
+            KIND_ABORT if p.len() == ABORT_LEN => Some(Control::Abort(Abort {
+                group: u32_at(p, 4),
+                bcast: u32_at(p, 8),
+                from: u32_at(p, 12),
+                dead: u32_at(p, 16),
             })),
             KIND_NACK if p.len() >= NACK_HDR => {
                 let k = u16::from_le_bytes([p[2], p[3]]) as usize;
@@ -234,7 +265,17 @@ mod tests {
             ranges: vec![(1, 2), (10, 30)],
         });
         n.encode(&mut buf);
-        assert_eq!(Control::decode(&buf), Some(n));
+        assert_eq!(Control::decode(&buf), Some(n.clone()));
+        let ab = Control::Abort(Abort {
+            group: 6,
+            bcast: 5,
+            from: 4,
+            dead: 3,
+        });
+        ab.encode(&mut buf);
+        assert_eq!(buf.len(), ABORT_LEN);
+        assert_eq!(Control::decode(&buf), Some(ab));
+        n.encode(&mut buf);
         buf.pop();
         assert_eq!(Control::decode(&buf), None);
         assert_eq!(Control::decode(&[]), None);
