@@ -334,12 +334,13 @@ impl Table {
             // 2 x 2 4.3 vs 7.4-9.0 ms node-aware).
             multi_node(rule(Allreduce, ANY, ANY, 32 * k, "node_aware")),
             over_tcp(rule(Allreduce, 4, 1, ANY, "ring")),
-            // With two ranks per node node-aware stays ahead to 256 KiB
+            // With two ranks per node node-aware stays ahead to 512 KiB
             // (simulated hosts, 2 x 2, 3 interleaved rounds: 64 KiB 93
             // (79-114) vs ring 192 (175-204) us, 256 KiB 269 (263-392)
-            // vs 429 (409-441); 1 MiB mixed, 1222 (953-1759) vs 1509
-            // (1350-2217) and 1893 (955-2461) in another column).
-            multi_node(rule(Allreduce, 4, ANY, 256 * k, "node_aware")),
+            // vs 429 (409-441); 5 rounds: 512 KiB 358 (338-500) vs 659
+            // (525-875); 1 MiB a tie, 1142 (900-2458) vs 1151
+            // (847-2725)).
+            multi_node(rule(Allreduce, 4, ANY, 512 * k, "node_aware")),
             over_tcp(rule(Allreduce, 4, ANY, ANY, "ring")),
             seg(rule(Allreduce, 8, 1, 512 * k, "ring"), ANY),
             rule(Allreduce, ANY, 1, ANY, "rabenseifner"),
