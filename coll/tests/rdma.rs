@@ -35,6 +35,40 @@ fn run_ok(launcher: &[&str], prog: &str, args: &[&str]) -> String {
     run_job_ok(200, launcher, prog, args)
 }
 
+/// The launcher arguments of `n` ranks on `nodes` virtual nodes, every
+/// pair over rdma on the VM's devices, with `-x` for each of `env`.
+fn over_rdma(n: usize, nodes: usize, env: &[&str]) -> Vec<String> {
+    let mut l: Vec<String> = ["-n", &n.to_string(), "--nodes", &nodes.to_string()]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    for e in ["IBCOLL_TRANSPORT=rdma", DEVICES].iter().chain(env) {
+        l.push("-x".into());
+        l.push(e.to_string());
+    }
+    l
+}
+
+/// [`run`] with [`over_rdma`]'s launcher.
+fn run_rdma(n: usize, nodes: usize, env: &[&str], prog: &str, args: &[&str]) -> Output {
+    let l = over_rdma(n, nodes, env);
+    run(
+        &l.iter().map(String::as_str).collect::<Vec<_>>(),
+        prog,
+        args,
+    )
+}
+
+/// [`run_ok`] with [`over_rdma`]'s launcher.
+fn run_rdma_ok(n: usize, nodes: usize, env: &[&str], prog: &str, args: &[&str]) -> String {
+    let l = over_rdma(n, nodes, env);
+    run_ok(
+        &l.iter().map(String::as_str).collect::<Vec<_>>(),
+        prog,
+        args,
+    )
+}
+
 #[test]
 fn pingpong_rdma_2_nodes_read_and_write_rendezvous() {
     if !have_rdma() {
@@ -42,22 +76,7 @@ fn pingpong_rdma_2_nodes_read_and_write_rendezvous() {
     }
     for mode in ["auto", "read", "write"] {
         let m = format!("IBCOLL_RDMA_RNDV={mode}");
-        let out = run_ok(
-            &[
-                "-n",
-                "2",
-                "--nodes",
-                "2",
-                "-x",
-                "IBCOLL_TRANSPORT=rdma",
-                "-x",
-                DEVICES,
-                "-x",
-                &m,
-            ],
-            "pingpong",
-            &["1100000"],
-        );
+        let out = run_rdma_ok(2, 2, &[&m], "pingpong", &["1100000"]);
         assert!(
             out.contains("ok (rdma)") && out.contains("eager limit 8192") && out.contains("all ok"),
             "{mode}: {out}"
@@ -86,20 +105,7 @@ fn semantics_rdma_3_nodes() {
     if !have_rdma() {
         return;
     }
-    let out = run_ok(
-        &[
-            "-n",
-            "3",
-            "--nodes",
-            "3",
-            "-x",
-            "IBCOLL_TRANSPORT=rdma",
-            "-x",
-            DEVICES,
-        ],
-        "p2p_check",
-        &["all"],
-    );
+    let out = run_rdma_ok(3, 3, &[], "p2p_check", &["all"]);
     assert_p2p_checks_ok(&out);
     assert!(out.contains("truncate: got expected error"), "{out}");
 }
@@ -112,23 +118,13 @@ fn many_to_one_with_few_credits() {
     // 3 senders into one receiver whose shared receive queue has 16
     // buffers, and write rendezvous: credits, not RNR retries, pace the
     // senders.
-    let out = run_ok(
+    let out = run_rdma_ok(
+        4,
+        2,
         &[
-            "-n",
-            "4",
-            "--nodes",
-            "2",
-            "-x",
-            "IBCOLL_TRANSPORT=rdma",
-            "-x",
-            DEVICES,
-            "-x",
             "IBCOLL_RDMA_SRQ_BUFS=16",
-            "-x",
             "IBCOLL_RDMA_SEND_BUFS=2",
-            "-x",
             "IBCOLL_RDMA_RNR_RETRY=0",
-            "-x",
             "IBCOLL_RDMA_RNDV=write",
         ],
         "p2p_check",
@@ -151,21 +147,12 @@ fn many_to_one_through_a_16_buffer_srq_without_rnr_retries() {
     if !have_rdma() {
         return;
     }
-    let o = run(
+    let o = run_rdma(
+        8,
+        8,
         &[
-            "-n",
-            "8",
-            "--nodes",
-            "8",
-            "-x",
-            "IBCOLL_TRANSPORT=rdma",
-            "-x",
-            DEVICES,
-            "-x",
             "IBCOLL_RDMA_SRQ_BUFS=16",
-            "-x",
             "IBCOLL_RDMA_RNR_RETRY=0",
-            "-x",
             "IBCOLL_STATS=1",
         ],
         "p2p_check",
@@ -355,22 +342,7 @@ fn ring_on_8_nodes_makes_two_queue_pairs_per_rank_then_every_collective() {
     }
     // Nodes alternate rxe0/rxe1: neighbours 1-2, 3-4... cross the veth
     // pair, and 7-0 ... and ranks two apart share a device.
-    let o = run(
-        &[
-            "-n",
-            "8",
-            "--nodes",
-            "8",
-            "-x",
-            "IBCOLL_TRANSPORT=rdma",
-            "-x",
-            DEVICES,
-            "-x",
-            "IBCOLL_STATS=1",
-        ],
-        "connect_check",
-        &["ring"],
-    );
+    let o = run_rdma(8, 8, &["IBCOLL_STATS=1"], "connect_check", &["ring"]);
     let t = text(&o);
     assert!(
         o.status.success() && t.contains("ring: ok (8 ranks)"),
@@ -385,20 +357,7 @@ fn ring_on_8_nodes_makes_two_queue_pairs_per_rank_then_every_collective() {
         assert_eq!(stat(l, "fences="), 1, "{l}");
         assert_eq!(stat(l, "failed "), 0, "{l}");
     }
-    let o = run(
-        &[
-            "-n",
-            "8",
-            "--nodes",
-            "8",
-            "-x",
-            "IBCOLL_TRANSPORT=rdma",
-            "-x",
-            DEVICES,
-        ],
-        "coll_check",
-        &["quick"],
-    );
+    let o = run_rdma(8, 8, &[], "coll_check", &["quick"]);
     let t = text(&o);
     assert!(
         o.status.success() && t.contains("coll_check: all ok"),
@@ -413,28 +372,17 @@ fn crossing_first_messages_connect_once_even_with_lost_datagrams() {
     }
     // 2 ranks: the purely simultaneous case; 4 ranks with one handshake
     // datagram in three dropped: every pair recovers by resending.
-    for (n, drop) in [("2", "0"), ("4", "3")] {
+    for (n, drop) in [(2, "0"), (4, "3")] {
         let d = format!("IBCOLL_RDMA_UD_DROP={drop}");
-        let o = run(
-            &[
-                "-n",
-                n,
-                "--nodes",
-                n,
-                "-x",
-                "IBCOLL_TRANSPORT=rdma",
-                "-x",
-                DEVICES,
-                "-x",
-                "IBCOLL_STATS=1",
-                "-x",
-                &d,
-            ],
+        let o = run_rdma(
+            n,
+            n,
+            &["IBCOLL_STATS=1", &d],
             "connect_check",
             &["crossing"],
         );
         let t = text(&o);
-        let n: u64 = n.parse().unwrap();
+        let n = n as u64;
         assert!(o.status.success(), "{t}");
         assert_eq!(t.matches("crossing: ok").count() as u64, n, "{t}");
         let lines = stats_lines(&o);
