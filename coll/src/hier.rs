@@ -100,15 +100,16 @@ impl Comm {
     /// The two levels, made on first use (collective).
     fn hier_state(&self, nodes: &[usize], op: Op) -> Result<std::cell::Ref<'_, State>> {
         if self.hier.borrow().is_none() {
-            let multi = {
-                let mut per = std::collections::HashMap::new();
-                nodes.iter().any(|&n| {
-                    let k = per.entry(n).or_insert(0u32);
-                    *k += 1;
-                    *k > 1
-                })
-            };
-            let st = match multi.then(|| self.levels(nodes, op)).transpose()?.flatten() {
+            // Some node with two ranks or more (else nothing to gain).
+            let mut distinct = nodes.to_vec();
+            distinct.sort_unstable();
+            distinct.dedup();
+            let shared = distinct.len() < nodes.len();
+            let st = match shared
+                .then(|| self.levels(nodes, op))
+                .transpose()?
+                .flatten()
+            {
                 Some(l) => State::On(Box::new(l)),
                 None => State::Off,
             };
@@ -140,29 +141,17 @@ impl Comm {
         Ok(true)
     }
 
-    /// Bcast: inside the root's node from the root, among the leaders
-    /// from the root's node's leader, inside every other node from its
-    /// leader. `Ok(false)`: not composed here.
+    /// Bcast (`Levels::bcast_around` with the leaders' bcast).
+    /// `Ok(false)`: not composed here.
     pub(crate) fn bcast_hier(&self, buf: &mut [u8], root: usize, nodes: &[usize]) -> Result<bool> {
         const OP: Op = Op::Collective(Collective::Bcast);
         let st = self.hier_state(nodes, OP)?;
         let State::On(l) = &*st else {
             return Ok(false);
         };
-        let root_node = l.node_of[root] as usize;
-        let mine = l.node_of[self.rank()] as usize;
-        if mine == root_node {
-            l.node
-                .bcast(buf, l.local_index[root] as usize)
-                .map_err(|e| e.with_op(OP))?;
-        }
-        if let Some(lc) = &l.leaders {
-            lc.bcast(buf, l.leader_rank_of_node[root_node] as usize)
-                .map_err(|e| e.with_op(OP))?;
-        }
-        if mine != root_node {
-            l.node.bcast(buf, 0).map_err(|e| e.with_op(OP))?;
-        }
+        l.bcast_around(self.rank(), buf, root, OP, |lc, buf, lroot| {
+            lc.bcast(buf, lroot)
+        })?;
         Ok(true)
     }
 
@@ -182,6 +171,36 @@ impl Comm {
 }
 
 impl Levels {
+    /// A bcast of `buf` from communicator rank `root`, as seen by rank
+    /// `me`: inside the root's node from the root, then `lead(leaders
+    /// communicator, buf, its rank of the root's node's leader)` on the
+    /// leaders, then inside every other node from its leader. Errors name
+    /// `op`.
+    pub(crate) fn bcast_around(
+        &self,
+        me: usize,
+        buf: &mut [u8],
+        root: usize,
+        op: Op,
+        lead: impl FnOnce(&Comm, &mut [u8], usize) -> Result<()>,
+    ) -> Result<()> {
+        let root_node = self.node_of[root] as usize;
+        let in_root_node = self.node_of[me] as usize == root_node;
+        if in_root_node {
+            self.node
+                .bcast(buf, self.local_index[root] as usize)
+                .map_err(|e| e.with_op(op))?;
+        }
+        if let Some(lc) = &self.leaders {
+            lead(lc, buf, self.leader_rank_of_node[root_node] as usize)
+                .map_err(|e| e.with_op(op))?;
+        }
+        if !in_root_node {
+            self.node.bcast(buf, 0).map_err(|e| e.with_op(op))?;
+        }
+        Ok(())
+    }
+
     /// The reduce phases of a two-level allreduce: the node's reduce of
     /// `a` to its leader, then among the leaders a reduce to leader
     /// `to` (or with `None` an allreduce), in place. Errors name `op`.

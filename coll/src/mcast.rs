@@ -48,8 +48,8 @@ pub(crate) enum State {
 pub(crate) struct Active {
     /// The node and leaders communicators.
     lv: Levels,
-    /// Leaders only.
-    lead: Option<Leader>,
+    /// Leaders only (borrowed mutably only inside one multicast).
+    lead: Option<std::cell::RefCell<Leader>>,
 }
 
 struct Leader {
@@ -139,7 +139,10 @@ impl Comm {
         if decision[0] == 0 {
             return Ok(State::Off);
         }
-        Ok(State::On(Box::new(Active { lv, lead })))
+        Ok(State::On(Box::new(Active {
+            lv,
+            lead: lead.map(std::cell::RefCell::new),
+        })))
     }
 
     /// The device port and protection domain a group's QP is made on:
@@ -261,36 +264,28 @@ impl Comm {
         let State::On(a) = &*st else {
             return Ok(false);
         };
-        let root_node = a.lv.node_of[root] as usize;
-        let mine = a.lv.node_of[self.rank()] as usize;
-        if mine == root_node {
-            a.lv.node.bcast(buf, a.lv.local_index[root] as usize)?;
-        }
-        let lroot = a.lv.leader_rank_of_node[root_node];
-        drop(st);
-        self.lead_bcast(buf, lroot, OP)?;
-        if mine != root_node {
-            self.node_bcast(buf, OP)?;
-        }
+        a.lv.bcast_around(self.rank(), buf, root, OP, |_, buf, lroot| {
+            a.multicast(buf, lroot)
+        })?;
         Ok(true)
     }
 
     /// Allreduce with the leaders' result broadcast by multicast: every
     /// node reduces to its leader (shared memory), the leaders reduce to
-    /// leader 0, which multicasts the result, and every leader passes it on
-    /// inside its node. The operation commutes (the leaders' order is not rank
-    /// order).
-    /// `Ok(false)`: multicast is off for this communicator.
-    pub(crate) fn allreduce_mcast(&self, mut a: ReduceArgs<'_>, nodes: &[usize]) -> Result<bool> {
+    /// leader 0 (communicator rank 0, the lowest of its node), which
+    /// multicasts the result, and every leader passes it on inside its
+    /// node. The operation commutes (the leaders' order is not rank
+    /// order). `Ok(false)`: multicast is off for this communicator.
+    pub(crate) fn allreduce_mcast(&self, mut r: ReduceArgs<'_>, nodes: &[usize]) -> Result<bool> {
         const OP: Op = Op::Collective(Collective::Allreduce);
         let st = self.mcast_state(nodes)?;
-        let State::On(m) = &*st else {
+        let State::On(a) = &*st else {
             return Ok(false);
         };
-        m.lv.reduce_to_leaders(&mut a, Some(0), OP)?;
-        drop(st);
-        self.lead_bcast(a.recv, 0, OP)?;
-        self.node_bcast(a.recv, OP)?;
+        a.lv.reduce_to_leaders(&mut r, Some(0), OP)?;
+        a.lv.bcast_around(self.rank(), r.recv, 0, OP, |_, buf, lroot| {
+            a.multicast(buf, lroot)
+        })?;
         Ok(true)
     }
 
@@ -308,35 +303,26 @@ impl Comm {
         a.lv.node
             .reduce_in_place(&mut b, ReduceOp::Max, 0)
             .map_err(|e| e.with_op(OP))?;
-        if let Some(l) = &a.lead {
-            l.comm
-                .reduce_in_place(&mut b, ReduceOp::Max, 0)
+        if let Some(lc) = &a.lv.leaders {
+            lc.reduce_in_place(&mut b, ReduceOp::Max, 0)
                 .map_err(|e| e.with_op(OP))?;
         }
-        drop(st);
-        self.lead_bcast(&mut b, 0, OP)?;
-        self.node_bcast(&mut b, OP)?;
+        a.lv.bcast_around(self.rank(), &mut b, 0, OP, |_, buf, lroot| {
+            a.multicast(buf, lroot)
+        })?;
         Ok(true)
     }
+}
 
+impl Active {
     /// The leaders' multicast of `buf` from leaders-communicator rank
-    /// `lroot` (nothing on other ranks).
-    fn lead_bcast(&self, buf: &mut [u8], lroot: u32, op: Op) -> Result<()> {
-        let mut st = self.mcast.borrow_mut();
-        if let Some(State::On(a)) = st.as_mut() {
-            if let Some(l) = a.lead.as_mut() {
-                l.bcast(buf, lroot).map_err(|e| e.with_op(op))?;
-            }
+    /// `lroot` (a leader's part; `Levels::bcast_around` calls it on
+    /// leaders only).
+    fn multicast(&self, buf: &mut [u8], lroot: usize) -> Result<()> {
+        match &self.lead {
+            Some(l) => l.borrow_mut().bcast(buf, lroot as u32),
+            None => Ok(()),
         }
-        Ok(())
-    }
-
-    /// Every leader's `buf` to the other ranks of its node.
-    fn node_bcast(&self, buf: &mut [u8], op: Op) -> Result<()> {
-        if let Some(State::On(a)) = self.mcast.borrow().as_ref() {
-            a.lv.node.bcast(buf, 0).map_err(|e| e.with_op(op))?;
-        }
-        Ok(())
     }
 }
 
