@@ -493,17 +493,12 @@ impl Member {
     }
 
     /// How long a receiver waits without news before its first quiet-time
-    /// nack (doubled after each: [`Member::backed_off`]).
+    /// nack (doubled after each: [`backed_off`]).
     fn quiet_delay(&self) -> Duration {
         self.cfg
             .nack_delay
             .max(self.hint)
             .min(self.cfg.peer_timeout / 8)
-    }
-
-    /// The wait before the next quiet-time nack after `backoff` of them.
-    fn backed_off(&self, quiet: Duration, backoff: u32) -> Duration {
-        backed_off(&self.cfg, quiet, backoff)
     }
 
     fn usage(&self, what: String) -> Error {
@@ -1093,7 +1088,7 @@ impl Member {
             if !o.local_done(me) && !o.is_root(me) {
                 at(o.last_data + data_timeout(&self.cfg));
                 at(o.last_data.max(o.last_nack.unwrap_or(o.last_data))
-                    + self.backed_off(quiet, o.nack_backoff));
+                    + backed_off(&self.cfg, quiet, o.nack_backoff));
             } else if o.sub < o.nfrags {
                 at(o.progress_at + self.cfg.peer_timeout);
             }
