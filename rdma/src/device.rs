@@ -907,6 +907,24 @@ pub struct SelectedPort {
 }
 
 impl SelectedPort {
+    /// Refuses (as `op`) a protection domain of another device than this
+    /// port's: queue pairs are made on both.
+    pub(crate) fn check_pd(
+        &self,
+        pd: &crate::verbs::ProtectionDomain,
+        op: &'static str,
+    ) -> Result<()> {
+        if Arc::ptr_eq(pd.context(), &self.context) {
+            Ok(())
+        } else {
+            Err(Error::invalid(
+                op,
+                "PD and port belong to different devices",
+                Some(self.context.name()),
+            ))
+        }
+    }
+
     /// The chosen GID index, if any.
     pub fn gid_index(&self) -> Option<u32> {
         self.gid.as_ref().map(|g| g.index)

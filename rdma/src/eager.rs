@@ -27,6 +27,28 @@ use crate::verbs::{
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
+/// One registered buffer for `count` slots of `slot_size` bytes rounded
+/// up to 64 (the device may write it), and the rounded slot size; `what`
+/// names the caller in the error for a geometry that cannot be (no
+/// slots, empty or oversized ones, more than `u32::MAX` of them).
+fn slot_buffer(
+    pd: &Arc<ProtectionDomain>,
+    slot_size: usize,
+    count: usize,
+    what: &'static str,
+) -> Result<(RegisteredBuffer, usize)> {
+    if count == 0 || count > u32::MAX as usize || slot_size == 0 || slot_size > u32::MAX as usize {
+        return Err(Error::invalid(
+            what,
+            format!("bad geometry {count} x {slot_size}"),
+            Some(pd.context().name()),
+        ));
+    }
+    let slot_size = slot_size.div_ceil(64) * 64;
+    let buf = RegisteredBuffer::new(pd, slot_size * count, Access::LOCAL_WRITE)?;
+    Ok((buf, slot_size))
+}
+
 /// Registered receive slots, identified by `wr_id = base + slot`.
 #[derive(Debug)]
 pub struct RecvPool {
@@ -45,15 +67,7 @@ impl RecvPool {
         count: usize,
         base: u64,
     ) -> Result<RecvPool> {
-        if count == 0 || slot_size == 0 || slot_size > u32::MAX as usize {
-            return Err(Error::invalid(
-                "RecvPool::new",
-                format!("bad geometry {count} x {slot_size}"),
-                Some(pd.context().name()),
-            ));
-        }
-        let slot_size = slot_size.div_ceil(64) * 64;
-        let buf = RegisteredBuffer::new(pd, slot_size * count, Access::LOCAL_WRITE)?;
+        let (buf, slot_size) = slot_buffer(pd, slot_size, count, "RecvPool::new")?;
         Ok(RecvPool {
             buf,
             slot_size,
@@ -134,19 +148,7 @@ impl SrqPool {
         count: usize,
         base: u64,
     ) -> Result<SrqPool> {
-        if count == 0
-            || count > u32::MAX as usize
-            || slot_size == 0
-            || slot_size > u32::MAX as usize
-        {
-            return Err(Error::invalid(
-                "SrqPool::new",
-                format!("bad geometry {count} x {slot_size}"),
-                Some(pd.context().name()),
-            ));
-        }
-        let slot_size = slot_size.div_ceil(64) * 64;
-        let buf = RegisteredBuffer::new(pd, slot_size * count, Access::LOCAL_WRITE)?;
+        let (buf, slot_size) = slot_buffer(pd, slot_size, count, "SrqPool::new")?;
         let srq = SharedReceiveQueue::new(pd, count as u32, Some(buf))?;
         let pool = SrqPool {
             srq,
@@ -236,19 +238,7 @@ pub struct SendSlots {
 impl SendSlots {
     /// `count` slots of `slot_size` bytes (rounded up to 64).
     pub fn new(pd: &Arc<ProtectionDomain>, slot_size: usize, count: usize) -> Result<SendSlots> {
-        if count == 0
-            || count > u32::MAX as usize
-            || slot_size == 0
-            || slot_size > u32::MAX as usize
-        {
-            return Err(Error::invalid(
-                "SendSlots::new",
-                format!("bad geometry {count} x {slot_size}"),
-                Some(pd.context().name()),
-            ));
-        }
-        let slot_size = slot_size.div_ceil(64) * 64;
-        let buf = RegisteredBuffer::new(pd, slot_size * count, Access::LOCAL_WRITE)?;
+        let (buf, slot_size) = slot_buffer(pd, slot_size, count, "SendSlots::new")?;
         Ok(SendSlots {
             buf,
             slot_size,

@@ -216,13 +216,7 @@ impl RcEndpoint {
         recv_cq: &Arc<CompletionQueue>,
         cfg: RcConfig,
     ) -> Result<RcEndpoint> {
-        if !Arc::ptr_eq(pd.context(), &port.context) {
-            return Err(Error::invalid(
-                "RcEndpoint::new",
-                "PD and port belong to different devices",
-                Some(port.context.name()),
-            ));
-        }
+        port.check_pd(pd, "RcEndpoint::new")?;
         let qp = QueuePair::new(pd, send_cq, recv_cq, QpType::Rc, cfg.caps)?;
         Ok(Self::from_qp(port, qp, cfg))
     }
@@ -238,13 +232,7 @@ impl RcEndpoint {
         srq: &Arc<SharedReceiveQueue>,
         cfg: RcConfig,
     ) -> Result<RcEndpoint> {
-        if !Arc::ptr_eq(pd.context(), &port.context) {
-            return Err(Error::invalid(
-                "RcEndpoint::with_srq",
-                "PD and port belong to different devices",
-                Some(port.context.name()),
-            ));
-        }
+        port.check_pd(pd, "RcEndpoint::with_srq")?;
         let qp = QueuePair::with_srq(pd, send_cq, recv_cq, srq, QpType::Rc, cfg.caps)?;
         Ok(Self::from_qp(port, qp, cfg))
     }

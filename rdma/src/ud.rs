@@ -253,13 +253,7 @@ impl UdEndpoint {
         cfg: UdConfig,
     ) -> Result<UdEndpoint> {
         let dev = Some(port.context.name());
-        if !Arc::ptr_eq(pd.context(), &port.context) {
-            return Err(Error::invalid(
-                "UdEndpoint::new",
-                "PD and port belong to different devices",
-                dev,
-            ));
-        }
+        port.check_pd(pd, "UdEndpoint::new")?;
         if cfg.recv_bufs == 0 || cfg.send_bufs == 0 {
             return Err(Error::invalid(
                 "UdEndpoint::new",
