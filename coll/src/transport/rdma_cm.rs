@@ -110,12 +110,14 @@ impl Msg {
     /// grant u32; little endian.
     pub fn encode(&self) -> [u8; MSG_LEN] {
         let mut b = [0u8; MSG_LEN];
-        b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
-        b[4] = self.kind.code();
-        b[5] = VERSION;
-        b[8..16].copy_from_slice(&self.job.to_le_bytes());
-        b[16..20].copy_from_slice(&self.from.to_le_bytes());
-        b[20..24].copy_from_slice(&self.to.to_le_bytes());
+        put_header(
+            &mut b,
+            MAGIC,
+            self.kind.code(),
+            self.job,
+            self.from,
+            self.to,
+        );
         b[24..28].copy_from_slice(&self.pid.to_le_bytes());
         b[32..40].copy_from_slice(&self.host.to_le_bytes());
         b[40..40 + UdAddr::WIRE_LEN].copy_from_slice(&self.ud.to_bytes());
@@ -129,16 +131,14 @@ impl Msg {
     /// `None` for anything that is not a well-formed handshake datagram of
     /// this version.
     pub fn decode(b: &[u8]) -> Option<Msg> {
-        if b.len() != MSG_LEN || b[0..4] != MAGIC.to_le_bytes() || b[5] != VERSION {
-            return None;
-        }
+        let (kind, job, from, to) = header(b, MSG_LEN, MAGIC)?;
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
         Some(Msg {
-            kind: Kind::from_code(b[4])?,
-            job: u64_at(8),
-            from: u32_at(16),
-            to: u32_at(20),
+            kind: Kind::from_code(kind)?,
+            job,
+            from,
+            to,
             pid: u32_at(24) as i32,
             host: u64_at(32),
             ud: UdAddr::from_bytes(&b[40..40 + UdAddr::WIRE_LEN]).ok()?,
@@ -181,15 +181,11 @@ impl Flow {
     /// endian.
     pub fn encode(&self) -> [u8; FLOW_LEN] {
         let mut b = [0u8; FLOW_LEN];
-        b[0..4].copy_from_slice(&FLOW_MAGIC.to_le_bytes());
-        b[4] = match self.kind {
+        let kind = match self.kind {
             FlowKind::Want => 1,
             FlowKind::Wake => 2,
         };
-        b[5] = VERSION;
-        b[8..16].copy_from_slice(&self.job.to_le_bytes());
-        b[16..20].copy_from_slice(&self.from.to_le_bytes());
-        b[20..24].copy_from_slice(&self.to.to_le_bytes());
+        put_header(&mut b, FLOW_MAGIC, kind, self.job, self.from, self.to);
         b[24..28].copy_from_slice(&self.seq.to_le_bytes());
         b[28..32].copy_from_slice(&self.used.to_le_bytes());
         b[32..36].copy_from_slice(&self.backlog.to_le_bytes());
@@ -199,24 +195,48 @@ impl Flow {
     /// `None` for anything that is not a well-formed flow datagram of this
     /// version.
     pub fn decode(b: &[u8]) -> Option<Flow> {
-        if b.len() != FLOW_LEN || b[0..4] != FLOW_MAGIC.to_le_bytes() || b[5] != VERSION {
-            return None;
-        }
+        let (kind, job, from, to) = header(b, FLOW_LEN, FLOW_MAGIC)?;
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
         Some(Flow {
-            kind: match b[4] {
+            kind: match kind {
                 1 => FlowKind::Want,
                 2 => FlowKind::Wake,
                 _ => return None,
             },
-            job: u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")),
-            from: u32_at(16),
-            to: u32_at(20),
+            job,
+            from,
+            to,
             seq: u32_at(24),
             used: u32_at(28),
             backlog: u32_at(32),
         })
     }
+}
+
+/// Writes the 24 bytes every datagram here starts with: magic u32, kind
+/// u8, version u8, 2 reserved, job u64, from u32, to u32 (little endian).
+fn put_header(b: &mut [u8], magic: u32, kind: u8, job: u64, from: u32, to: u32) {
+    b[0..4].copy_from_slice(&magic.to_le_bytes());
+    b[4] = kind;
+    b[5] = VERSION;
+    b[8..16].copy_from_slice(&job.to_le_bytes());
+    b[16..20].copy_from_slice(&from.to_le_bytes());
+    b[20..24].copy_from_slice(&to.to_le_bytes());
+}
+
+/// [`put_header`]'s (kind, job, from, to) of a datagram of `len` bytes
+/// with `magic` and this version; `None` for anything else.
+fn header(b: &[u8], len: usize, magic: u32) -> Option<(u8, u64, u32, u32)> {
+    if b.len() != len || b[0..4] != magic.to_le_bytes() || b[5] != VERSION {
+        return None;
+    }
+    let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+    Some((
+        b[4],
+        u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")),
+        u32_at(16),
+        u32_at(20),
+    ))
 }
 
 /// Whether rank `me`, which has sent its own REQ to `peer` and not yet had
