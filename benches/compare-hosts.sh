@@ -85,7 +85,7 @@ one() { # impl shape coll size rep
     ibcoll) timeout 300 target/release/ibrun --timeout 280 --rsh "$H/nsrsh" -n "$np" --hosts "$hl" \
       "${XS[@]}" "${env[@]}" "$PWD/target/release/ibcoll-bench" "$coll" -m "$size:$size" -i "$it" -x "$wu" >"$f" 2>&1 ;;
     openmpi) timeout 300 mpirun.openmpi --allow-run-as-root --hostfile "$OUT/hostfile.$shape" -np "$np" \
-      --mca plm_rsh_agent "$H/nsrsh" --mca btl_tcp_if_include 10.251.0.0/24 \
+      --bind-to none --mca plm_rsh_agent "$H/nsrsh" --mca btl_tcp_if_include 10.251.0.0/24 \
       --mca oob_tcp_if_include 10.251.0.0/24 --mca mpi_yield_when_idle 1 \
       "$PWD/target/mpi/osu_coll_openmpi" "$coll" -m "$size:$size" -i "$it" -x "$wu" >"$f" 2>/dev/null ;;
   esac || echo "# failed: $impl $shape $coll $size" >>"$f"
