@@ -312,6 +312,7 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
                 alg("scatter_allgather", bcast::scatter_allgather::build),
                 alg("chain", bcast::chain::build),
                 alg("node_aware", bcast::node_aware::build),
+                alg("multi_leader", bcast::multi_leader::build),
                 // Blocking calls multicast among node leaders
                 // (`crate::mcast`); the schedule is the fallback (and the
                 // nonblocking form): the node-aware tree.
@@ -341,6 +342,7 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
                 alg("ring", allreduce::ring::build),
                 alg("rabenseifner", allreduce::rabenseifner::build),
                 alg("node_aware", allreduce::node_aware::build),
+                alg("multi_leader", allreduce::multi_leader::build),
                 // Blocking calls with a commutative operation broadcast
                 // the leaders' result by multicast (`crate::mcast`); the
                 // schedule is the fallback (and the nonblocking form).

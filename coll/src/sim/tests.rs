@@ -1167,16 +1167,52 @@ fn mcast_model_table() {
     assert!(wins.contains(&("cluster", 1024, 1 << 20, true)));
 }
 
-/// The scale targets for the barrier, in model time: the
-/// multi-leader barrier at most half the best flat schedule at 64 nodes x
-/// 64 ranks and 1,024 x 16 (printed as table rows).
+/// The scale targets for 8-byte calls, in model time: the
+/// multi-leader barrier, bcast and allreduce at most half the best flat
+/// schedule at 64 nodes x 64 ranks and 1,024 x 16 (printed as table rows).
 #[test]
-fn multi_leader_barrier_at_scale_in_the_model() {
+fn multi_leader_at_scale_in_the_model() {
     for (k, ppn) in [(64, 64), (1024, 16)] {
-        let (two, flat, name) = two_level_vs_flat(k, ppn, 8, Collective::Barrier);
-        assert!(
-            two <= 0.5 * flat,
-            "barrier {k} x {ppn}: two-level {two} vs {name} {flat}"
-        );
+        for c in [
+            Collective::Barrier,
+            Collective::Bcast,
+            Collective::Allreduce,
+        ] {
+            let (two, flat, name) = two_level_vs_flat(k, ppn, 8, c);
+            assert!(
+                two <= 0.5 * flat,
+                "{} {k} x {ppn}: two-level {two} vs {name} {flat}",
+                c.name()
+            );
+        }
+    }
+}
+
+/// Where the multi-leader bcast and allreduce stop paying, in model time
+/// (the size cap of their rules in the selection table):
+/// `cargo test --release -p ibcoll --lib multi_leader_crossover -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn multi_leader_crossover_in_the_model() {
+    println!(
+        "| nodes x ranks | collective | bytes | multi_leader (us) | node_aware (us) | flat (us) |"
+    );
+    println!("|---|---|---:|---:|---:|---:|");
+    for (k, ppn) in [(8, 8), (16, 16), (64, 64), (1024, 16)] {
+        for (c, flat) in [
+            (Collective::Bcast, "binomial"),
+            (Collective::Allreduce, "recursive_doubling"),
+        ] {
+            for bytes in [8, 256, 1024, 4096, 16384, 65536] {
+                let t = |a| model_time(c, a, k, ppn, bytes) * 1e6;
+                println!(
+                    "| {k} x {ppn} | {} | {bytes} | {:.1} | {:.1} | {:.1} |",
+                    c.name(),
+                    t("multi_leader"),
+                    t("node_aware"),
+                    t(flat)
+                );
+            }
+        }
     }
 }

@@ -1,0 +1,151 @@
+//! Multi-leader allreduce for small vectors on many nodes.
+//!
+//! 1. Inside every node the ranks reduce up a FANOUT-ary heap to the
+//!    node's lowest rank, which hands the node's sum (its partial) to the
+//!    node's first q ranks, its ports.
+//! 2. The nodes exchange their partials by a (q+1)-ary Bruck allgather
+//!    driven by the ports: in the round of stride D (1, q+1, ...) port j
+//!    of node p receives the D partials that node p + (j+1)D holds (fewer
+//!    in the last round, so each partial arrives once) and sends its own D
+//!    to node p - (j+1)D; the ports then share what they received. That
+//!    is ceil(log_{q+1} nodes) inter-node rounds, against recursive
+//!    doubling's ceil(log2 ranks) hops.
+//! 3. The lowest rank combines the partials in node order and passes the
+//!    result down the heap.
+//!
+//! Every node combines the same partials in the same order, so every rank
+//! gets the same bits. The ranks of a node are reduced in heap order, so
+//! the operation must be commutative (`in_rank_order` substitutes
+//! recursive doubling otherwise). Partials travel whole, so a port holds
+//! nodes x count elements: above `MAX_GATHER` bytes the node-aware
+//! schedule runs instead. q is `barrier::multi_leader::ports`; with one
+//! rank per node this is a Bruck allgather of the inputs and a local
+//! reduction.
+
+use crate::algorithms::allreduce::node_aware;
+use crate::algorithms::barrier::multi_leader::ports;
+use crate::algorithms::levels::Levels;
+use crate::algorithms::Args;
+use crate::schedule::{Buf, Builder, Schedule};
+
+/// Children of a rank in its node's heap; the lowest rank's hold every
+/// port (at most 16).
+const FANOUT: usize = 16;
+
+/// Most bytes of partials a port gathers (nodes x vector).
+const MAX_GATHER: usize = 1 << 20;
+
+pub fn build(a: &Args) -> Schedule {
+    let l = Levels::new(a, false);
+    let k = l.groups.len();
+    let count = a.count;
+    if k.saturating_mul(count).saturating_mul(a.esize) > MAX_GATHER {
+        return node_aware::build(a);
+    }
+    let mine = l.mine();
+    let n = mine.len();
+    let v = l.me;
+    let q = ports(k, l.min_ppn());
+    let all = (Buf::Recv, 0, count);
+    let mut b = Builder::new(a.esize);
+    b.copy((a.input(), 0, count), all);
+    b.end_round();
+
+    // 1. Up the heap.
+    let kids: Vec<usize> = ((FANOUT * v + 1)..(FANOUT * v + FANOUT + 1).min(n)).collect();
+    let parent = (v > 0).then(|| (v - 1) / FANOUT);
+    if !kids.is_empty() {
+        let tmps: Vec<Buf> = kids.iter().map(|_| b.scratch(count)).collect();
+        for (&c, &t) in kids.iter().zip(&tmps) {
+            b.recv(mine[c], (t, 0, count));
+        }
+        b.end_round();
+        for &t in &tmps {
+            b.reduce((t, 0, count), all, false);
+        }
+        b.end_round();
+    }
+    if let Some(p) = parent {
+        b.send(mine[p], all);
+        b.end_round();
+    }
+
+    // 2. Among the nodes, through the ports. Slot i of `parts` holds the
+    // partial of node (node + i) mod k.
+    if v < q {
+        let parts = b.scratch(k * count);
+        let slots = |first: usize, num: usize| (parts, first * count, num * count);
+        if v == 0 {
+            // Local steps run after a round's messages: copy first.
+            b.copy(all, slots(0, 1));
+            b.end_round();
+            for &port in &mine[1..q] {
+                b.send(port, slots(0, 1));
+            }
+        } else {
+            b.recv(mine[0], slots(0, 1));
+        }
+        b.end_round();
+        // The chunk port j receives in the round of stride d: (offset, len).
+        let chunk = |j: usize, d: usize| {
+            let o = (j + 1).saturating_mul(d);
+            (o < k).then(|| (o, d.min(k - o)))
+        };
+        let mut d = 1usize;
+        while d < k {
+            let last = d.saturating_mul(q + 1) >= k;
+            if let Some((o, len)) = chunk(v, d) {
+                b.send(l.groups[(l.node + k - o) % k][v], slots(0, len));
+                b.recv(l.groups[(l.node + o) % k][v], slots(o, len));
+            }
+            b.end_round();
+            // Share the chunks: among all ports between rounds, to the
+            // lowest rank after the last.
+            let others: Vec<usize> = if last {
+                if v == 0 {
+                    (1..q).collect()
+                } else {
+                    vec![0]
+                }
+            } else {
+                (0..q).filter(|&i| i != v).collect()
+            };
+            let sends = !last || v != 0;
+            let recvs = !last || v == 0;
+            for &i in &others {
+                if sends {
+                    if let Some((o, len)) = chunk(v, d) {
+                        b.send(mine[i], slots(o, len));
+                    }
+                }
+                if recvs {
+                    if let Some((o, len)) = chunk(i, d) {
+                        b.recv(mine[i], slots(o, len));
+                    }
+                }
+            }
+            b.end_round();
+            d = d.saturating_mul(q + 1);
+        }
+        // 3. Combine in node order: node g sits in slot (g - node) mod k.
+        if v == 0 {
+            let slot = |g: usize| (g + k - l.node) % k;
+            b.copy(slots(slot(0), 1), all);
+            for g in 1..k {
+                b.reduce(slots(slot(g), 1), all, false);
+            }
+            b.end_round();
+        }
+    }
+
+    // Down the heap.
+    if let Some(p) = parent {
+        b.recv(mine[p], all);
+        b.end_round();
+    }
+    for &c in &kids {
+        b.send(mine[c], all);
+    }
+    b.end_round();
+    b.finish()
+}
