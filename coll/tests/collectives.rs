@@ -89,6 +89,14 @@ fn collectives_8_ranks_on_4_virtual_nodes_oversubscribed() {
     coll_check(&["-n", "8", "--nodes", "4"]);
 }
 
+/// Enough nodes for the multi-leader bcast and allreduce to drive two
+/// ports per node (8 nodes of 3 and 2 ranks: 2 inter-node rounds of 3-ary
+/// trees instead of 3 binary ones), every algorithm forced in turn.
+#[test]
+fn collectives_19_ranks_on_8_uneven_virtual_nodes() {
+    coll_check(&["-n", "19", "--nodes", "8"]);
+}
+
 /// Uneven nodes (3, 3, 1): the two-level algorithms' folds and a node
 /// of one rank.
 #[test]

@@ -179,6 +179,17 @@ fn multi_node(mut r: Rule) -> Rule {
     r
 }
 
+/// `r` only on communicators that span at least `k` nodes.
+fn from_nodes(mut r: Rule, k: usize) -> Rule {
+    r.min_nodes = k;
+    r
+}
+
+/// Nodes from which the multi-leader bcast and allreduce are chosen:
+/// the fewest where two ports per node save an inter-node round (8 nodes:
+/// 2 rounds of 3-ary trees instead of 3 binary ones).
+const MULTI_LEADER_NODES: usize = 8;
+
 /// `r` only across nodes joined by tcp (measured on the simulated hosts).
 fn over_tcp(mut r: Rule) -> Rule {
     r.min_nodes = 2;
@@ -280,6 +291,18 @@ impl Table {
             // and 0.80x (sim::tests).
             multi_node(rule(Barrier, ANY, ANY, ANY, "multi_leader")),
             rule(Barrier, ANY, ANY, ANY, "dissemination"),
+            // Many nodes, small data: the multi-leader tree (q ports per
+            // node, (q+1)-ary among nodes). Chosen from the simulator's
+            // two-level model, not measured: the simulated hosts are 4.
+            // Model time, us (`sim::tests::multi_leader_crossover_in_the_model`):
+            // 8 B 2.6 vs 6.9 binomial at 8 x 8, 5.2 vs 13.9 at 64 x 64,
+            // 7.2 vs 21.4 at 1,024 x 16; 16 KiB 31.8 vs 56.1 node-aware
+            // at 8 x 8. Below 8 nodes one port per node needs as many
+            // rounds, and the schedule is the binomial tree.
+            from_nodes(
+                rule(Bcast, ANY, ANY, 16 * k, "multi_leader"),
+                MULTI_LEADER_NODES,
+            ),
             // Binomial up to 512 KiB on 4 ranks; scatter+allgather
             // wins for larger groups (fewer bytes through the root).
             rule(Bcast, ANY, ANY, 64 * k, "binomial"),
@@ -321,6 +344,17 @@ impl Table {
             // for small vectors over 2 virtual nodes, 7.3 ms vs 8.9
             // (Rabenseifner) and 18 (recursive doubling) at 1 MiB).
             rule(Allreduce, ANY, 1, 32 * k, "recursive_doubling"),
+            // Many nodes of several ranks, one or a few elements: the
+            // multi-leader allreduce (a (q+1)-ary allgather of the node
+            // sums through q ports per node). From the model, not
+            // measured (us): 8 B 3.2 vs 6.9 recursive doubling at 8 x 8,
+            // 6.4 vs 13.8 at 64 x 64, 10.5 vs 21.3 at 1,024 x 16; at
+            // 256 B it loses on 1,024 nodes (94 vs 23: every node gathers
+            // and combines every node's sum).
+            from_nodes(
+                rule(Allreduce, ANY, ANY, 16, "multi_leader"),
+                MULTI_LEADER_NODES,
+            ),
             // Over rdma, small vectors: recursive doubling (Soft-RoCE VM,
             // 2 nodes x 2, 5 interleaved rounds: 8 B 733 (522-1086) vs
             // node-aware 834 (688-1077) us, faster in 4 rounds of 5 and
@@ -796,6 +830,40 @@ mod tests {
                     assert!(find(c, ch.algorithm).is_some(), "{c:?} {}", ch.algorithm);
                 }
             }
+        }
+    }
+
+    #[test]
+    fn many_nodes_take_the_multi_leader_bcast_and_allreduce_for_small_data() {
+        let t = Table::default_table();
+        let pick = |c, size, ppn, bytes, net| {
+            t.lookup_where(c, size, ppn, bytes, net, false)
+                .unwrap()
+                .algorithm
+        };
+        for net in [Net::Tcp, Net::Rdma] {
+            assert_eq!(pick(Collective::Bcast, 16, 2, 8, net), "multi_leader");
+            assert_eq!(
+                pick(Collective::Bcast, 64 * 64, 64, 16 << 10, net),
+                "multi_leader"
+            );
+            assert_eq!(pick(Collective::Bcast, 14, 2, 8, net), "binomial");
+            assert_eq!(
+                pick(Collective::Allreduce, 1024 * 16, 16, 16, net),
+                "multi_leader"
+            );
+            // Beyond 16 B, what the table picked before.
+            let before = if net == Net::Rdma {
+                "recursive_doubling"
+            } else {
+                "node_aware"
+            };
+            assert_eq!(pick(Collective::Allreduce, 1024 * 16, 16, 32, net), before);
+            // One rank per node: recursive doubling, as measured.
+            assert_eq!(
+                pick(Collective::Allreduce, 16, 1, 8, net),
+                "recursive_doubling"
+            );
         }
     }
 
