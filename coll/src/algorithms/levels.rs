@@ -72,6 +72,24 @@ impl Levels {
     }
 }
 
+/// Children of a rank in the wide, shallow trees inside nodes of the
+/// multi-leader algorithms: as many as the most ports a node drives
+/// (`barrier::multi_leader`), so the rank at the top reaches every port in
+/// one hop, and two hops cover 256 ranks.
+pub(crate) const HEAP_FANOUT: usize = 16;
+
+/// Parent of member `v` in its node's `HEAP_FANOUT`-ary heap (members
+/// counted from the heap's top).
+pub(crate) fn heap_parent(v: usize) -> Option<usize> {
+    (v > 0).then(|| (v - 1) / HEAP_FANOUT)
+}
+
+/// Children of member `v` in a `HEAP_FANOUT`-ary heap of `n` members.
+pub(crate) fn heap_children(v: usize, n: usize) -> std::ops::Range<usize> {
+    let first = (HEAP_FANOUT * v + 1).min(n);
+    first..(HEAP_FANOUT * v + HEAP_FANOUT + 1).min(n)
+}
+
 /// The leaders' binomial tree of a rooted collective that moves whole
 /// nodes' blocks (gather, scatter): nodes numbered from the root's node,
 /// a leader's subtree covers consecutive relative nodes, so its blocks

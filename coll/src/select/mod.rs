@@ -174,9 +174,8 @@ const PIECES_UPTO: usize = 256 * 1024;
 const MOVE_PIECES_UPTO: usize = 128 * 1024;
 
 /// `r` only for communicators spanning two nodes or more.
-fn multi_node(mut r: Rule) -> Rule {
-    r.min_nodes = 2;
-    r
+fn multi_node(r: Rule) -> Rule {
+    from_nodes(r, 2)
 }
 
 /// `r` only on communicators that span at least `k` nodes.
@@ -219,8 +218,7 @@ impl Table {
     pub fn default_table() -> Table {
         use Collective::*;
         let k = 1024;
-        let mut multi = rule(Allreduce, ANY, ANY, ANY, "node_aware");
-        multi.min_nodes = 2;
+        let multi = multi_node(rule(Allreduce, ANY, ANY, ANY, "node_aware"));
         // The shared-memory fast paths (`shm`) apply only to blocking
         // calls on a communicator that is one whole node, with the data in
         // the slots (`crate::fastpath`); other calls skip those rules.
@@ -890,20 +888,16 @@ mod tests {
         };
         assert_eq!(barrier(8, 2), "multi_leader");
         assert_eq!(barrier(8, 8), "dissemination");
-        let reduce = |size, ppn, bytes| {
-            t.lookup_where(Collective::Reduce, size, ppn, bytes, Net::Tcp, false)
-                .unwrap()
-                .algorithm
-        };
-        assert_eq!(reduce(4, 2, 64 << 10), "node_aware");
-        assert_eq!(reduce(8, 2, 256 << 10), "node_aware");
-        assert_eq!(reduce(2, 1, 64 << 10), "reduce_scatter_gather");
-        assert_eq!(reduce(4, 2, 1 << 20), "reduce_scatter_gather");
         let on = |c, size, ppn, bytes| {
             t.lookup_where(c, size, ppn, bytes, Net::Tcp, false)
                 .unwrap()
                 .algorithm
         };
+        let reduce = |size, ppn, bytes| on(Collective::Reduce, size, ppn, bytes);
+        assert_eq!(reduce(4, 2, 64 << 10), "node_aware");
+        assert_eq!(reduce(8, 2, 256 << 10), "node_aware");
+        assert_eq!(reduce(2, 1, 64 << 10), "reduce_scatter_gather");
+        assert_eq!(reduce(4, 2, 1 << 20), "reduce_scatter_gather");
         assert_eq!(on(Collective::Allgather, 8, 2, 8), "node_aware");
         assert_eq!(on(Collective::Allgather, 2, 1, 8), "recursive_doubling");
         assert_eq!(on(Collective::Allgatherv, 8, 2, 1024), "node_aware");

@@ -1,6 +1,6 @@
 //! Multi-leader allreduce for small vectors on many nodes.
 //!
-//! 1. Inside every node the ranks reduce up a FANOUT-ary heap to the
+//! 1. Inside every node the ranks reduce up a 16-ary heap to the
 //!    node's lowest rank, which hands the node's sum (its partial) to the
 //!    node's first q ranks, its ports.
 //! 2. The nodes exchange their partials by a (q+1)-ary Bruck allgather
@@ -24,13 +24,9 @@
 
 use crate::algorithms::allreduce::node_aware;
 use crate::algorithms::barrier::multi_leader::ports;
-use crate::algorithms::levels::Levels;
+use crate::algorithms::levels::{heap_children, heap_parent, Levels};
 use crate::algorithms::Args;
 use crate::schedule::{Buf, Builder, Schedule};
-
-/// Children of a rank in its node's heap; the lowest rank's hold every
-/// port (at most 16).
-const FANOUT: usize = 16;
 
 /// Most bytes of partials a port gathers (nodes x vector).
 const MAX_GATHER: usize = 1 << 20;
@@ -51,15 +47,14 @@ pub fn build(a: &Args) -> Schedule {
     b.copy((a.input(), 0, count), all);
     b.end_round();
 
-    // 1. Up the heap.
-    let kids: Vec<usize> = ((FANOUT * v + 1)..(FANOUT * v + FANOUT + 1).min(n)).collect();
-    let parent = (v > 0).then(|| (v - 1) / FANOUT);
+    // 1. Up the heap (a round's local steps run after its messages).
+    let kids = heap_children(v, n);
+    let parent = heap_parent(v);
     if !kids.is_empty() {
-        let tmps: Vec<Buf> = kids.iter().map(|_| b.scratch(count)).collect();
-        for (&c, &t) in kids.iter().zip(&tmps) {
+        let tmps: Vec<Buf> = kids.clone().map(|_| b.scratch(count)).collect();
+        for (c, &t) in kids.clone().zip(&tmps) {
             b.recv(mine[c], (t, 0, count));
         }
-        b.end_round();
         for &t in &tmps {
             b.reduce((t, 0, count), all, false);
         }
@@ -76,12 +71,10 @@ pub fn build(a: &Args) -> Schedule {
         let parts = b.scratch(k * count);
         let slots = |first: usize, num: usize| (parts, first * count, num * count);
         if v == 0 {
-            // Local steps run after a round's messages: copy first.
-            b.copy(all, slots(0, 1));
-            b.end_round();
             for &port in &mine[1..q] {
-                b.send(port, slots(0, 1));
+                b.send(port, all);
             }
+            b.copy(all, slots(0, 1));
         } else {
             b.recv(mine[0], slots(0, 1));
         }
@@ -101,28 +94,25 @@ pub fn build(a: &Args) -> Schedule {
             b.end_round();
             // Share the chunks: among all ports between rounds, to the
             // lowest rank after the last.
-            let others: Vec<usize> = if last {
-                if v == 0 {
-                    (1..q).collect()
-                } else {
-                    vec![0]
-                }
-            } else {
-                (0..q).filter(|&i| i != v).collect()
-            };
-            let sends = !last || v != 0;
-            let recvs = !last || v == 0;
-            for &i in &others {
-                if sends {
-                    if let Some((o, len)) = chunk(v, d) {
-                        b.send(mine[i], slots(o, len));
+            let own = chunk(v, d).map(|(o, len)| slots(o, len));
+            let from = |i: usize| chunk(i, d).map(|(o, len)| slots(o, len));
+            if !last {
+                for i in (0..q).filter(|&i| i != v) {
+                    if let Some(s) = own {
+                        b.send(mine[i], s);
+                    }
+                    if let Some(s) = from(i) {
+                        b.recv(mine[i], s);
                     }
                 }
-                if recvs {
-                    if let Some((o, len)) = chunk(i, d) {
-                        b.recv(mine[i], slots(o, len));
+            } else if v == 0 {
+                for (i, &port) in mine.iter().enumerate().take(q).skip(1) {
+                    if let Some(s) = from(i) {
+                        b.recv(port, s);
                     }
                 }
+            } else if let Some(s) = own {
+                b.send(mine[0], s);
             }
             b.end_round();
             d = d.saturating_mul(q + 1);
@@ -143,7 +133,7 @@ pub fn build(a: &Args) -> Schedule {
         b.recv(mine[p], all);
         b.end_round();
     }
-    for &c in &kids {
+    for c in kids {
         b.send(mine[c], all);
     }
     b.end_round();

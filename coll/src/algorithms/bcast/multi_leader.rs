@@ -7,10 +7,10 @@
 //! from port j to node p + (j+1)D, so ceil(log_{q+1} nodes) inter-node
 //! hops reach every node instead of the binomial tree's ceil(log2 nodes).
 //! Inside a node the ranks, counted from the one that receives (the root,
-//! or the node's lowest rank), form a FANOUT-ary heap: the receiver hands
-//! the data to every port and up to FANOUT-q others at once, and each
-//! port sends to its child nodes before its children in the node. Two
-//! in-node hops cover FANOUT^2 ranks; a binomial tree needs log2 of the
+//! or the node's lowest rank), form a 16-ary heap (`levels::heap_children`):
+//! the receiver hands the data to every port and up to 16-q others at
+//! once, and each port sends to its child nodes before its children in the
+//! node. Two in-node hops cover 256 ranks; a binomial tree needs log2 of the
 //! node's size, each hop costing what a small message costs anyway.
 //!
 //! q is `barrier::multi_leader::ports`: the fewest ports (at most 16 and
@@ -19,13 +19,9 @@
 //! Every pair of ranks exchanges at most one message.
 
 use crate::algorithms::barrier::multi_leader::ports;
-use crate::algorithms::levels::Levels;
+use crate::algorithms::levels::{heap_children, heap_parent, Levels};
 use crate::algorithms::Args;
 use crate::schedule::{Buf, Builder, Schedule};
-
-/// Children of a rank in its node's heap; holds every port (at most 16)
-/// among the receiver's children.
-const FANOUT: usize = 16;
 
 pub fn build(a: &Args) -> Schedule {
     let l = Levels::new(a, true);
@@ -45,8 +41,8 @@ pub fn build(a: &Args) -> Schedule {
     };
     let all = (Buf::Recv, 0, a.count);
     let mut b = Builder::new(a.esize);
-    if v > 0 {
-        b.recv(at((v - 1) / FANOUT), all);
+    if let Some(p) = heap_parent(v) {
+        b.recv(at(p), all);
         b.end_round();
     } else if pos > 0 {
         // Received in the round of the largest stride D <= pos, from port
@@ -76,7 +72,7 @@ pub fn build(a: &Args) -> Schedule {
             d = d.saturating_mul(q + 1);
         }
     }
-    for c in (FANOUT * v + 1)..(FANOUT * v + FANOUT + 1).min(n) {
+    for c in heap_children(v, n) {
         b.send(at(c), all);
     }
     b.end_round();
