@@ -395,6 +395,7 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
                 alg("recursive_doubling", allgather::recursive_doubling::build),
                 alg("bruck", allgather::bruck::build),
                 alg("node_aware", allgather::node_aware::build),
+                alg("multi_leader", allgather::multi_leader::build),
                 SHM_ALG,
             ];
             L

@@ -237,6 +237,9 @@ pub struct Builder {
     esize: usize,
     sched: Schedule,
     cur: Vec<Step>,
+    /// While set, the peers of sends and receives are indices into it, so
+    /// a schedule written for ranks 0..n runs on a group of them.
+    group: Option<Vec<usize>>,
 }
 
 /// A slice in element units: (buffer, offset, length).
@@ -248,7 +251,17 @@ impl Builder {
             esize: esize.max(1),
             sched: Schedule::default(),
             cur: Vec::new(),
+            group: None,
         }
+    }
+
+    /// Peers given from now on are members of `group` (`None`: ranks).
+    pub fn within(&mut self, group: Option<&[usize]>) {
+        self.group = group.map(<[usize]>::to_vec);
+    }
+
+    fn peer(&self, p: usize) -> usize {
+        self.group.as_ref().map_or(p, |g| g[p])
     }
 
     fn sl(&self, (buf, off, len): El) -> Slice {
@@ -266,11 +279,13 @@ impl Builder {
     }
 
     pub fn send(&mut self, peer: usize, s: El) {
+        let peer = self.peer(peer);
         let data = self.sl(s);
         self.cur.push(Step::Send { peer, data });
     }
 
     pub fn recv(&mut self, peer: usize, s: El) {
+        let peer = self.peer(peer);
         let data = self.sl(s);
         self.cur.push(Step::Recv { peer, data });
     }
@@ -314,12 +329,14 @@ impl Builder {
 
     /// Sends `len` bytes at byte `off` of `buf`.
     pub fn send_bytes(&mut self, peer: usize, buf: Buf, off: usize, len: usize) {
+        let peer = self.peer(peer);
         let data = Slice { buf, off, len };
         self.cur.push(Step::Send { peer, data });
     }
 
     /// Receives `len` bytes into byte `off` of `buf`.
     pub fn recv_bytes(&mut self, peer: usize, buf: Buf, off: usize, len: usize) {
+        let peer = self.peer(peer);
         let data = Slice { buf, off, len };
         self.cur.push(Step::Recv { peer, data });
     }

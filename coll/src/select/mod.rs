@@ -184,7 +184,7 @@ fn from_nodes(mut r: Rule, k: usize) -> Rule {
     r
 }
 
-/// Nodes from which the multi-leader bcast and allreduce are chosen:
+/// Nodes from which the multi-leader schedules are chosen:
 /// the fewest where two ports per node save an inter-node round (8 nodes:
 /// 2 rounds of 3-ary trees instead of 3 binary ones).
 const MULTI_LEADER_NODES: usize = 8;
@@ -414,6 +414,24 @@ impl Table {
             // 225; allgather at 1 KiB mixed: 80 vs 65, 159 vs 173).
             // One rank per node keeps the flat ones (2 x 1: 0.4x Open
             // MPI).
+            // From 8 nodes, any size: every rank a port of the multi-leader
+            // exchange. From the model, not measured (us,
+            // `sim::tests::multi_leader_crossover_in_the_model`): 8 B
+            // 4.9 vs 6.3 recursive doubling at 8 x 2, 3.9 vs 7.1 at 8 x 8,
+            // 9.1 vs 26.8 at 64 x 64, 26.4 vs 73.6 at 1,024 x 16; 64 KiB
+            // 274 vs 380 at 8 x 2, 28.5 vs 106 ms at 64 x 64. With one
+            // rank per node it is a Bruck among the nodes (the model ties
+            // recursive doubling). On the simulated hosts (2 x 2, 4 x 2,
+            // tcp, 3 rounds) it lost: 8 B 38 vs 28 and 158 vs 126 us,
+            // 1 MiB 4.4 vs 3.8 and 19.4 vs 18.6 ms (docs/PERFORMANCE.md).
+            from_nodes(
+                rule(Allgather, ANY, ANY, ANY, "multi_leader"),
+                MULTI_LEADER_NODES,
+            ),
+            from_nodes(
+                rule(Allgatherv, ANY, ANY, ANY, "multi_leader"),
+                MULTI_LEADER_NODES,
+            ),
             over_tcp(rule(Allgather, ANY, 1, 8 * k, "recursive_doubling")),
             over_tcp(rule(Allgather, ANY, ANY, 512, "node_aware")),
             over_tcp(rule(Allgatherv, ANY, 1, 8 * k, "bruck")),
@@ -832,7 +850,7 @@ mod tests {
     }
 
     #[test]
-    fn many_nodes_take_the_multi_leader_bcast_and_allreduce_for_small_data() {
+    fn many_nodes_take_the_multi_leader_bcast_allreduce_and_allgather() {
         let t = Table::default_table();
         let pick = |c, size, ppn, bytes, net| {
             t.lookup_where(c, size, ppn, bytes, net, false)
@@ -857,6 +875,13 @@ mod tests {
                 "node_aware"
             };
             assert_eq!(pick(Collective::Allreduce, 1024 * 16, 16, 32, net), before);
+            for c in [Collective::Allgather, Collective::Allgatherv] {
+                for bytes in [8, 1 << 20] {
+                    assert_eq!(pick(c, 16, 2, bytes, net), "multi_leader");
+                    assert_eq!(pick(c, 64 * 64, 64, bytes, net), "multi_leader");
+                }
+                assert_ne!(pick(c, 14, 2, 8, net), "multi_leader");
+            }
             // One rank per node: recursive doubling, as measured.
             assert_eq!(
                 pick(Collective::Allreduce, 16, 1, 8, net),

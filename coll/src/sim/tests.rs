@@ -1167,9 +1167,10 @@ fn mcast_model_table() {
     assert!(wins.contains(&("cluster", 1024, 1 << 20, true)));
 }
 
-/// The scale targets for 8-byte calls, in model time: the
-/// multi-leader barrier, bcast and allreduce at most half the best flat
-/// schedule at 64 nodes x 64 ranks and 1,024 x 16 (printed as table rows).
+/// The scale targets in model time: the best two-level barrier, bcast,
+/// allreduce and allgather at most half the best flat schedule at 64
+/// nodes x 64 ranks and 1,024 x 16, for 8 B and 1 MiB (printed as table
+/// rows; the 1 MiB ones take most of the two minutes).
 #[test]
 fn multi_leader_at_scale_in_the_model() {
     for (k, ppn) in [(64, 64), (1024, 16)] {
@@ -1185,6 +1186,26 @@ fn multi_leader_at_scale_in_the_model() {
                 c.name()
             );
         }
+        // 1 MiB: bcast through the node-aware pipeline, allreduce by
+        // slices with halving and doubling among the nodes, allgather with
+        // every rank a port.
+        for c in [
+            Collective::Bcast,
+            Collective::Allreduce,
+            Collective::Allgather,
+        ] {
+            let (two, flat, name) = two_level_vs_flat(k, ppn, 1 << 20, c);
+            assert!(
+                two <= 0.5 * flat,
+                "{} 1 MiB {k} x {ppn}: two-level {two} vs {name} {flat}",
+                c.name()
+            );
+        }
+        let (two, flat, name) = two_level_vs_flat(k, ppn, 8, Collective::Allgather);
+        assert!(
+            two <= 0.5 * flat,
+            "allgather 8 B {k} x {ppn}: two-level {two} vs {name} {flat}"
+        );
     }
 }
 
@@ -1213,6 +1234,34 @@ fn multi_leader_crossover_in_the_model() {
                     t(flat)
                 );
             }
+        }
+    }
+    println!("| nodes x ranks | allgather bytes | multi_leader | node_aware | recursive_doubling | ring |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for (k, ppn) in [
+        (2, 2),
+        (4, 2),
+        (8, 1),
+        (8, 2),
+        (8, 8),
+        (16, 16),
+        (64, 64),
+        (1024, 16),
+    ] {
+        for bytes in [8, 512, 8192, 65536, 1 << 20] {
+            if k * ppn * bytes > 1 << 30 {
+                continue;
+            }
+            let c = Collective::Allgather;
+            let t = |a| model_time(c, a, k, ppn, bytes) * 1e6;
+            // The ring's n - 1 rounds on every rank outgrow memory.
+            let ring = if k * ppn <= 4096 { t("ring") } else { f64::NAN };
+            println!(
+                "| {k} x {ppn} | {bytes} | {:.1} | {:.1} | {:.1} | {ring:.1} |",
+                t("multi_leader"),
+                t("node_aware"),
+                t("recursive_doubling"),
+            );
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Allgather(v) algorithms. Block i (`counts[i]` elements) lands at
 //! `displs[i]` of the receive buffer.
 pub mod bruck;
+pub mod multi_leader;
 pub mod node_aware;
 pub mod recursive_doubling;
 pub mod ring;

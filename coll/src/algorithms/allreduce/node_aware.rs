@@ -12,16 +12,23 @@
 //! one node. Members beyond the first q fold their vector into member
 //! `index mod q`; the first q reduce-scatter the slices among themselves
 //! (member j ends with its node's sum of slice j); member j of every node
-//! then allreduces slice j with member j of the other nodes (recursive
-//! doubling on 1/q of the vector: q leaders per node share the network
-//! phase); an allgather among the first q and a copy to the folded members
-//! finish. Each slice is combined in one fixed order and then copied, so
+//! then allreduces slice j with member j of the other nodes (on 1/q of
+//! the vector, so q leaders per node share the network phase; recursive
+//! doubling, or Rabenseifner's halving and doubling for slices from
+//! `HALVING_SLICE` on more than 2 nodes); an allgather among the first q
+//! and a copy to the folded members finish. Each slice is combined in one fixed order and then copied, so
 //! every rank gets the same bits.
 
-use crate::algorithms::allreduce::recursive_doubling;
+use crate::algorithms::allreduce::{rabenseifner, recursive_doubling};
 use crate::algorithms::levels::Levels;
 use crate::algorithms::{bcast, reduce, split, Args};
 use crate::schedule::{Buf, Builder, Schedule};
+
+/// Smallest slice (bytes) that the nodes reduce by halving and doubling
+/// (2x the slice per port in 2 log2(nodes) rounds) rather than by
+/// recursive doubling (log2(nodes) x the slice): past 2 nodes, where the
+/// extra rounds' latency is paid back.
+const HALVING_SLICE: usize = 8 << 10;
 
 pub fn build(a: &Args) -> Schedule {
     let count = a.count;
@@ -78,7 +85,12 @@ pub fn build(a: &Args) -> Schedule {
     }
     b.end_round();
     let peers: Vec<usize> = l.groups.iter().map(|g| g[me]).collect();
-    recursive_doubling::core(&mut b, &peers, l.node, (Buf::Recv, off, len));
+    let slice = (Buf::Recv, off, len);
+    if peers.len() > 2 && len * a.esize >= HALVING_SLICE {
+        rabenseifner::core(&mut b, &peers, l.node, slice);
+    } else {
+        recursive_doubling::core(&mut b, &peers, l.node, slice);
+    }
     for (j, &(o, n)) in sl.iter().enumerate() {
         if j != me {
             b.send(mine[j], (Buf::Recv, off, len));

@@ -5,32 +5,49 @@
 
 use crate::algorithms::reduce_scatter::recursive_halving::{doubling, fold_in, halving};
 use crate::algorithms::{pow2_floor, split, Args};
-use crate::schedule::{Buf, Builder, Schedule};
+use crate::schedule::{Buf, Builder, El, Schedule};
 
 pub fn build(a: &Args) -> Schedule {
-    let (n, r, count) = (a.size, a.rank, a.count);
+    let count = a.count;
     let mut b = Builder::new(a.esize);
     b.copy((a.input(), 0, count), (Buf::Recv, 0, count));
     b.end_round();
-    if n == 1 {
-        return b.finish();
+    let all: Vec<usize> = (0..a.size).collect();
+    core(&mut b, &all, a.rank, (Buf::Recv, 0, count));
+    b.finish()
+}
+
+/// Allreduce in place of `data` over the members `g` (this rank is
+/// `g[me]`), lower members' data the left operand.
+pub(crate) fn core(b: &mut Builder, g: &[usize], me: usize, data: El) {
+    let (buf, off, count) = data;
+    let n = g.len();
+    if n <= 1 {
+        return;
     }
+    // The halving works on a buffer from its start.
+    let work = if off == 0 { buf } else { b.scratch(count) };
+    b.copy(data, (work, 0, count));
+    b.end_round();
+    b.within(Some(g));
     let pw = pow2_floor(n);
     let rem = n - pw;
     let vb = split(count, pw);
-    match fold_in(&mut b, r, rem, Buf::Recv, count) {
+    match fold_in(b, me, rem, work, count) {
         Some(nr) => {
-            halving(&mut b, nr, pw, rem, Buf::Recv, &vb);
-            doubling(&mut b, nr, pw, rem, Buf::Recv, &vb);
-            if r < 2 * rem {
-                b.send(r - 1, (Buf::Recv, 0, count));
+            halving(b, nr, pw, rem, work, &vb);
+            doubling(b, nr, pw, rem, work, &vb);
+            if me < 2 * rem {
+                b.send(me - 1, (work, 0, count));
                 b.end_round();
             }
         }
         None => {
-            b.recv(r + 1, (Buf::Recv, 0, count));
+            b.recv(me + 1, (work, 0, count));
             b.end_round();
         }
     }
-    b.finish()
+    b.within(None);
+    b.copy((work, 0, count), data);
+    b.end_round();
 }
