@@ -16,7 +16,9 @@
 //! `coll_check death` (2 or more ranks): the last rank dies in the middle
 //! of an allreduce; every other rank must get `PeerLost` and print
 //! `survivor: got expected error`, also those that never talk to it.
-//! `coll_check death_node_aware`: the same in a node-aware allreduce.
+//! `coll_check death_node_aware`: the same in a node-aware allreduce;
+//! `death_multi_leader_allreduce` and `death_multi_leader_allgather` in
+//! the multi-leader schedules.
 //! `coll_check death_mcast` (3 or more ranks, one per node, over verbs):
 //! the last rank dies in the middle of a 16 MiB multicast broadcast from
 //! rank 0; rank 0 (which waits for everyone's acknowledgement) must get
@@ -924,6 +926,10 @@ enum DeathCase {
     /// A node-aware allreduce of 1 MiB (its sliced two-level form where
     /// every node has two ranks or more).
     NodeAware,
+    /// A multi-leader allreduce or allgather of 256 KiB per rank (the
+    /// allreduce still gathers the node sums whole at that size on a
+    /// few nodes, and every message is a rendezvous).
+    MultiLeader(Collective),
 }
 
 fn death(c: &Comm, case: DeathCase) {
@@ -943,6 +949,10 @@ fn death(c: &Comm, case: DeathCase) {
         // intra-node phase (its node's other ranks wait for its slice),
         // alone on its node in the inter-node one.
         DeathCase::NodeAware => (Collective::Allreduce, "node_aware", 1 << 20),
+        // Every rank's result needs the victim's data, so no survivor can
+        // finish: where the victim shares a node, its node waits for it
+        // inside the node; the other nodes wait for its node's data.
+        DeathCase::MultiLeader(coll) => (coll, "multi_leader", 256 << 10),
         DeathCase::Shm => (Collective::Allreduce, "shm", 8),
         DeathCase::ShmMessages => (Collective::Alltoallv, "shm", 1 << 20),
     };
@@ -952,6 +962,7 @@ fn death(c: &Comm, case: DeathCase) {
     let mut out = vec![0u8; n * len];
     let call = |c: &Comm, out: &mut [u8]| match coll {
         Collective::Alltoallv => c.alltoallv(&v, &counts, &displs, out, &counts, &displs),
+        Collective::Allgather => c.allgather(&v[..len], out),
         _ => c.allreduce(&v[..len], &mut out[..len], ReduceOp::Sum),
     };
     ok!(c, call(c, &mut out), "first call");
@@ -968,14 +979,18 @@ fn death(c: &Comm, case: DeathCase) {
     }
     if c.rank() == victim {
         ibcoll::scope(|s| {
-            let _req = if matches!(case, DeathCase::Schedule | DeathCase::NodeAware) {
-                Some(ok!(
-                    c,
-                    c.iallreduce(s, &v[..len], &mut out[..len], ReduceOp::Sum),
-                    "iallreduce"
-                ))
-            } else {
-                None
+            let _req = match case {
+                DeathCase::MultiLeader(Collective::Allgather) => {
+                    Some(ok!(c, c.iallgather(s, &v[..len], &mut out), "iallgather"))
+                }
+                DeathCase::Schedule | DeathCase::NodeAware | DeathCase::MultiLeader(_) => {
+                    Some(ok!(
+                        c,
+                        c.iallreduce(s, &v[..len], &mut out[..len], ReduceOp::Sum),
+                        "iallreduce"
+                    ))
+                }
+                DeathCase::Shm | DeathCase::ShmMessages => None,
             };
             // SAFETY: getpid has no preconditions; SIGKILL ends us here, in
             // the middle of the collective.
@@ -1091,6 +1106,8 @@ fn main() {
         "death" => death(&c, DeathCase::Schedule),
         "death_shm" => death(&c, DeathCase::Shm),
         "death_node_aware" => death(&c, DeathCase::NodeAware),
+        "death_multi_leader_allreduce" => death(&c, DeathCase::MultiLeader(Collective::Allreduce)),
+        "death_multi_leader_allgather" => death(&c, DeathCase::MultiLeader(Collective::Allgather)),
         "death_shm_messages" => death(&c, DeathCase::ShmMessages),
         "death_mcast" => death_mcast(&c),
         "select" => select(&c),

@@ -241,7 +241,7 @@ fn selection_keyed_by_the_network() {
 // ---------------------------------------------------------------- peer death
 
 /// Starts `coll_check MODE` (death, death_shm, death_shm_messages,
-/// death_node_aware) with ranks on the given (virtual) nodes under the mini
+/// death_node_aware, death_multi_leader_*) with ranks on the given (virtual) nodes under the mini
 /// PMI server; the last rank dies in the middle of a collective. Returns
 /// (survivors' outputs, victim's output). A watchdog kills everything
 /// after 120 s, so a hang becomes a failure.
@@ -325,6 +325,21 @@ fn rank_death_in_shm_fast_path_messages_is_an_error() {
 fn rank_death_in_node_aware_phases_is_an_error() {
     check_survivors_on(&[0, 0, 1, 1], "death_node_aware");
     check_survivors_on(&[0, 0, 1], "death_node_aware");
+}
+
+/// The same in the multi-leader allreduce and allgather: sharing node 1
+/// with rank 2, the victim dies inside the node (in the allreduce as a
+/// heap child, in the allgather in the node's first exchange); alone on
+/// node 1 it dies as the port the other node waits for.
+#[test]
+fn rank_death_in_multi_leader_phases_is_an_error() {
+    for mode in [
+        "death_multi_leader_allreduce",
+        "death_multi_leader_allgather",
+    ] {
+        check_survivors_on(&[0, 0, 1, 1], mode);
+        check_survivors_on(&[0, 0, 1], mode);
+    }
 }
 
 #[test]

@@ -187,7 +187,9 @@ fn collectives_over_rdma_if_present() {
         eprintln!("note: no coll_check example yet");
         return;
     }
-    // Every rank over rdma on 3 nodes, then shm within and rdma between 2.
+    // Every rank over rdma on 3 nodes, then shm within and rdma between
+    // 2, then 3 uneven nodes of 3, 2 and 2 ranks (two ports a node in the
+    // multi-leader schedules).
     for launcher in [
         &[
             "-n",
@@ -200,6 +202,7 @@ fn collectives_over_rdma_if_present() {
             DEVICES,
         ][..],
         &["-n", "4", "--nodes", "2", "-x", DEVICES][..],
+        &["-n", "7", "--nodes", "3", "-x", DEVICES][..],
     ] {
         let o = run(launcher, "coll_check", &["quick"]);
         let t = text(&o);
