@@ -435,6 +435,7 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
             const L: &[Algorithm] = &[
                 alg("recursive_doubling", scan::recursive_doubling::build),
                 alg("chain", scan::chain::build),
+                alg("multi_leader", scan::multi_leader::build),
                 SHM_ALG,
             ];
             L
@@ -443,6 +444,7 @@ pub fn algorithms(c: Collective) -> &'static [Algorithm] {
             const L: &[Algorithm] = &[
                 alg("recursive_doubling", scan::recursive_doubling::build_exscan),
                 alg("chain", scan::chain::build_exscan),
+                alg("multi_leader", scan::multi_leader::build_exscan),
                 SHM_ALG,
             ];
             L

@@ -1236,6 +1236,18 @@ fn multi_leader_crossover_in_the_model() {
             }
         }
     }
+    println!("| nodes x ranks | scan bytes | multi_leader | recursive_doubling |");
+    println!("|---|---:|---:|---:|");
+    for (k, ppn) in [(2, 2), (4, 2), (8, 2), (8, 8), (64, 64), (1024, 16)] {
+        for bytes in [8, 16, 256, 4096] {
+            let t = |a| model_time(Collective::Scan, a, k, ppn, bytes) * 1e6;
+            println!(
+                "| {k} x {ppn} | {bytes} | {:.1} | {:.1} |",
+                t("multi_leader"),
+                t("recursive_doubling")
+            );
+        }
+    }
     println!("| nodes x ranks | allgather bytes | multi_leader | node_aware | recursive_doubling | ring |");
     println!("|---|---:|---:|---:|---:|---:|");
     for (k, ppn) in [

@@ -26,7 +26,7 @@ use crate::algorithms::allreduce::node_aware;
 use crate::algorithms::barrier::multi_leader::ports;
 use crate::algorithms::levels::{heap_children, heap_parent, Levels};
 use crate::algorithms::Args;
-use crate::schedule::{Buf, Builder, Schedule};
+use crate::schedule::{Buf, Builder, El, Schedule};
 
 /// Most bytes of partials a port gathers (nodes x vector).
 const MAX_GATHER: usize = 1 << 20;
@@ -65,67 +65,15 @@ pub fn build(a: &Args) -> Schedule {
         b.end_round();
     }
 
-    // 2. Among the nodes, through the ports. Slot i of `parts` holds the
-    // partial of node (node + i) mod k.
-    if v < q {
-        let parts = b.scratch(k * count);
-        let slots = |first: usize, num: usize| (parts, first * count, num * count);
-        if v == 0 {
-            for &port in &mine[1..q] {
-                b.send(port, all);
-            }
-            b.copy(all, slots(0, 1));
-        } else {
-            b.recv(mine[0], slots(0, 1));
+    // 2. Among the nodes, through the ports; 3. combine in node order
+    // (node g sits in slot (g - node) mod k).
+    if let Some(parts) = gather_partials(&mut b, &l, q, count, 0, all) {
+        let slot = |g: usize| (parts, ((g + k - l.node) % k) * count, count);
+        b.copy(slot(0), all);
+        for g in 1..k {
+            b.reduce(slot(g), all, false);
         }
         b.end_round();
-        // The chunk port j receives in the round of stride d: (offset, len).
-        let chunk = |j: usize, d: usize| {
-            let o = (j + 1).saturating_mul(d);
-            (o < k).then(|| (o, d.min(k - o)))
-        };
-        let mut d = 1usize;
-        while d < k {
-            let last = d.saturating_mul(q + 1) >= k;
-            if let Some((o, len)) = chunk(v, d) {
-                b.send(l.groups[(l.node + k - o) % k][v], slots(0, len));
-                b.recv(l.groups[(l.node + o) % k][v], slots(o, len));
-            }
-            b.end_round();
-            // Share the chunks: among all ports between rounds, to the
-            // lowest rank after the last.
-            let own = chunk(v, d).map(|(o, len)| slots(o, len));
-            let from = |i: usize| chunk(i, d).map(|(o, len)| slots(o, len));
-            if !last {
-                for i in (0..q).filter(|&i| i != v) {
-                    if let Some(s) = own {
-                        b.send(mine[i], s);
-                    }
-                    if let Some(s) = from(i) {
-                        b.recv(mine[i], s);
-                    }
-                }
-            } else if v == 0 {
-                for (i, &port) in mine.iter().enumerate().take(q).skip(1) {
-                    if let Some(s) = from(i) {
-                        b.recv(port, s);
-                    }
-                }
-            } else if let Some(s) = own {
-                b.send(mine[0], s);
-            }
-            b.end_round();
-            d = d.saturating_mul(q + 1);
-        }
-        // 3. Combine in node order: node g sits in slot (g - node) mod k.
-        if v == 0 {
-            let slot = |g: usize| (g + k - l.node) % k;
-            b.copy(slots(slot(0), 1), all);
-            for g in 1..k {
-                b.reduce(slots(slot(g), 1), all, false);
-            }
-            b.end_round();
-        }
     }
 
     // Down the heap.
@@ -138,4 +86,77 @@ pub fn build(a: &Args) -> Schedule {
     }
     b.end_round();
     b.finish()
+}
+
+/// The ports' (q+1)-ary Bruck allgather of one partial per node (`count`
+/// elements of `src` on member `holder` of every node, which first hands
+/// it to the node's q ports). Returns, on member 0 of every node, the
+/// scratch buffer whose slot i holds the partial of node (node + i) mod k.
+pub(crate) fn gather_partials(
+    b: &mut Builder,
+    l: &Levels,
+    q: usize,
+    count: usize,
+    holder: usize,
+    src: El,
+) -> Option<Buf> {
+    let k = l.groups.len();
+    let mine = l.mine();
+    let v = l.me;
+    if v == holder {
+        for &port in mine.iter().take(q).filter(|&&p| p != mine[holder]) {
+            b.send(port, src);
+        }
+    }
+    if v >= q {
+        b.end_round();
+        return None;
+    }
+    let parts = b.scratch(k * count);
+    let slots = |first: usize, num: usize| (parts, first * count, num * count);
+    if v == holder {
+        b.copy(src, slots(0, 1));
+    } else {
+        b.recv(mine[holder], slots(0, 1));
+    }
+    b.end_round();
+    // The chunk port j receives in the round of stride d: (offset, len).
+    let chunk = |j: usize, d: usize| {
+        let o = (j + 1).saturating_mul(d);
+        (o < k).then(|| (o, d.min(k - o)))
+    };
+    let mut d = 1usize;
+    while d < k {
+        let last = d.saturating_mul(q + 1) >= k;
+        if let Some((o, len)) = chunk(v, d) {
+            b.send(l.groups[(l.node + k - o) % k][v], slots(0, len));
+            b.recv(l.groups[(l.node + o) % k][v], slots(o, len));
+        }
+        b.end_round();
+        // Share the chunks: among all ports between rounds, to member 0
+        // after the last.
+        let own = chunk(v, d).map(|(o, len)| slots(o, len));
+        let from = |i: usize| chunk(i, d).map(|(o, len)| slots(o, len));
+        if !last {
+            for i in (0..q).filter(|&i| i != v) {
+                if let Some(s) = own {
+                    b.send(mine[i], s);
+                }
+                if let Some(s) = from(i) {
+                    b.recv(mine[i], s);
+                }
+            }
+        } else if v == 0 {
+            for (i, &port) in mine.iter().enumerate().take(q).skip(1) {
+                if let Some(s) = from(i) {
+                    b.recv(port, s);
+                }
+            }
+        } else if let Some(s) = own {
+            b.send(mine[0], s);
+        }
+        b.end_round();
+        d = d.saturating_mul(q + 1);
+    }
+    (v == 0).then_some(parts)
 }

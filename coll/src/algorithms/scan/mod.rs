@@ -1,3 +1,4 @@
 //! Scan and exscan algorithms.
 pub mod chain;
+pub mod multi_leader;
 pub mod recursive_doubling;

@@ -4,7 +4,7 @@
 //! rounds, any n.
 
 use crate::algorithms::Args;
-use crate::schedule::{Buf, Builder, Schedule};
+use crate::schedule::{Buf, Builder, El, Schedule};
 
 pub fn build(a: &Args) -> Schedule {
     scan(a, false)
@@ -15,13 +15,29 @@ pub fn build_exscan(a: &Args) -> Schedule {
 }
 
 fn scan(a: &Args, exclusive: bool) -> Schedule {
-    let (n, r, c) = (a.size, a.rank, a.count);
     let mut b = Builder::new(a.esize);
+    let c = a.count;
+    core(
+        &mut b,
+        a.size,
+        a.rank,
+        (a.input(), 0, c),
+        (Buf::Recv, 0, c),
+        exclusive,
+    );
+    b.finish()
+}
+
+/// The scan of `input` over peers 0..n (this rank is `r`; through
+/// `Builder::within`, members of a group) into `out`, which an exclusive
+/// scan leaves untouched on peer 0.
+pub(crate) fn core(b: &mut Builder, n: usize, r: usize, input: El, out: El, exclusive: bool) {
+    let c = input.2;
     let partial = b.scratch(c);
     let tmp = b.scratch(c);
-    b.copy((a.input(), 0, c), (partial, 0, c));
+    b.copy(input, (partial, 0, c));
     if !exclusive {
-        b.copy((a.input(), 0, c), (Buf::Recv, 0, c));
+        b.copy(input, out);
     }
     b.end_round();
     let mut have = !exclusive;
@@ -34,9 +50,9 @@ fn scan(a: &Args, exclusive: bool) -> Schedule {
             if peer < r {
                 b.reduce((tmp, 0, c), (partial, 0, c), true);
                 if have {
-                    b.reduce((tmp, 0, c), (Buf::Recv, 0, c), true);
+                    b.reduce((tmp, 0, c), out, true);
                 } else {
-                    b.copy((tmp, 0, c), (Buf::Recv, 0, c));
+                    b.copy((tmp, 0, c), out);
                     have = true;
                 }
             } else {
@@ -46,5 +62,4 @@ fn scan(a: &Args, exclusive: bool) -> Schedule {
         }
         mask <<= 1;
     }
-    b.finish()
 }
