@@ -188,8 +188,8 @@ fn collectives_over_rdma_if_present() {
         return;
     }
     // Every rank over rdma on 3 nodes, then shm within and rdma between
-    // 2, then 3 uneven nodes of 3, 2 and 2 ranks (two ports a node in the
-    // multi-leader schedules).
+    // the shapes (4,2) (5,3) (6,3) (8,4), and 3 uneven nodes of
+    // 3, 2 and 2 ranks (two ports a node in the multi-leader schedules).
     for launcher in [
         &[
             "-n",
@@ -202,6 +202,9 @@ fn collectives_over_rdma_if_present() {
             DEVICES,
         ][..],
         &["-n", "4", "--nodes", "2", "-x", DEVICES][..],
+        &["-n", "5", "--nodes", "3", "-x", DEVICES][..],
+        &["-n", "6", "--nodes", "3", "-x", DEVICES][..],
+        &["-n", "8", "--nodes", "4", "-x", DEVICES][..],
         &["-n", "7", "--nodes", "3", "-x", DEVICES][..],
     ] {
         let o = run(launcher, "coll_check", &["quick"]);
