@@ -1,8 +1,8 @@
 //! Multi-leader allgather(v): every rank of a node drives the network.
 //!
-//! The blocks are kept packed, nodes after each other and each node's
-//! ranks in rank order, so a node's blocks (its node block) are one range
-//! and a run of consecutive nodes is at most two (it may wrap).
+//! The blocks are kept packed by node (`NodePacking`), so a node's blocks
+//! (its node block) are one range and a run of consecutive nodes is at
+//! most two (it may wrap).
 //!
 //! 1. The ranks of each node gather their node block by a Bruck exchange
 //!    inside the node (ceil(log2 ranks) rounds, every rank sending), so
@@ -21,45 +21,19 @@
 //! Ranks beyond the first q of a larger node take part in the exchanges
 //! inside their node with nothing of their own to add.
 
+use super::NodePacking;
 use crate::algorithms::levels::Levels;
-use crate::algorithms::{prefix, Args};
+use crate::algorithms::Args;
 use crate::schedule::{Buf, Builder, Schedule};
 
 pub fn build(a: &Args) -> Schedule {
     let l = Levels::new(a, false);
-    let n = a.size;
     let k = l.groups.len();
     let mut b = Builder::new(a.esize);
-    let order: Vec<usize> = l.groups.iter().flatten().copied().collect();
-    let in_order = order.iter().enumerate().all(|(i, &x)| i == x);
-    let sizes: Vec<usize> = order.iter().map(|&x| a.counts[x]).collect();
-    let pp = prefix(&sizes);
-    let total = pp[n];
-    let packed = a.canonical && in_order;
-    let buf = if packed { Buf::Recv } else { b.scratch(total) };
-    let mut pos = vec![0; n];
-    for (i, &x) in order.iter().enumerate() {
-        pos[x] = if packed { a.displs[x] } else { pp[i] };
-    }
-    let mut node_start = Vec::with_capacity(k + 1);
-    let mut at = 0;
-    node_start.push(0);
-    for g in &l.groups {
-        at += g.len();
-        node_start.push(pp[at]);
-    }
+    let pk = NodePacking::new(&mut b, a, &l);
+    let (buf, pos) = (pk.buf, &pk.pos);
     // Element ranges of the nodes from, from+1, ..., m of them (mod k).
-    let span = |from: usize, m: usize| -> Vec<(usize, usize)> {
-        let end = from + m;
-        if end <= k {
-            vec![(node_start[from], node_start[end] - node_start[from])]
-        } else {
-            vec![
-                (node_start[from], node_start[k] - node_start[from]),
-                (0, node_start[end - k]),
-            ]
-        }
-    };
+    let span = |from: usize, m: usize| pk.nodes(from, m);
 
     let r = a.rank;
     let input = if a.in_place {
@@ -67,7 +41,7 @@ pub fn build(a: &Args) -> Schedule {
     } else {
         (Buf::Send, 0, a.counts[r])
     };
-    if !(a.in_place && packed) {
+    if !(a.in_place && pk.packed) {
         b.copy(input, (buf, pos[r], a.counts[r]));
         b.end_round();
     }
@@ -113,11 +87,7 @@ pub fn build(a: &Args) -> Schedule {
         d = d.saturating_mul(q + 1);
     }
 
-    if !packed {
-        for (i, &p) in pos.iter().enumerate() {
-            b.copy((buf, p, a.counts[i]), (Buf::Recv, a.displs[i], a.counts[i]));
-        }
-    }
+    pk.unpack(&mut b, a);
     b.finish()
 }
 

@@ -4,39 +4,20 @@
 //! leader holding nodes i..i+d passes them to the leader d nodes back),
 //! and each leader broadcasts the result down a binomial tree in its node.
 //!
-//! The blocks travel packed, nodes after each other and each node's ranks
-//! in rank order. Where that is the receive buffer's own layout (uniform
-//! counts, each node's ranks consecutive) they travel in place; otherwise
-//! through a scratch buffer, unpacked into `displs` at the end (the gaps
-//! of a v-layout are never written).
+//! The blocks travel packed by node (`NodePacking`: in the receive buffer
+//! itself where that is its layout).
 
+use super::NodePacking;
 use crate::algorithms::levels::Levels;
-use crate::algorithms::{bcast, prefix, Args};
+use crate::algorithms::{bcast, Args};
 use crate::schedule::{Buf, Builder, Schedule};
 
 pub fn build(a: &Args) -> Schedule {
     let l = Levels::new(a, false);
-    let n = a.size;
     let mut b = Builder::new(a.esize);
-    let order: Vec<usize> = l.groups.iter().flatten().copied().collect();
-    let in_order = order.iter().enumerate().all(|(i, &x)| i == x);
-    let sizes: Vec<usize> = order.iter().map(|&x| a.counts[x]).collect();
-    let pp = prefix(&sizes);
-    let total = pp[n];
-    let packed = a.canonical && in_order;
-    let buf = if packed { Buf::Recv } else { b.scratch(total) };
-    let mut pos = vec![0; n];
-    for (i, &x) in order.iter().enumerate() {
-        pos[x] = if packed { a.displs[x] } else { pp[i] };
-    }
-    // Start of every node's blocks in the packed order.
-    let mut node_start = Vec::with_capacity(l.groups.len() + 1);
-    let mut at = 0;
-    node_start.push(0);
-    for g in &l.groups {
-        at += g.len();
-        node_start.push(pp[at]);
-    }
+    let pk = NodePacking::new(&mut b, a, &l);
+    let (buf, total) = (pk.buf, pk.total());
+    let pos = &pk.pos;
     let r = a.rank;
     let own = (Buf::Recv, a.displs[r], a.counts[r]);
     let input = if a.in_place {
@@ -58,17 +39,7 @@ pub fn build(a: &Args) -> Schedule {
         let k = leaders.len();
         let i = l.node;
         // Nodes [from, from + m) (mod k) as at most two ranges.
-        let span = |from: usize, m: usize| {
-            let end = from + m;
-            if end <= k {
-                vec![(node_start[from], node_start[end] - node_start[from])]
-            } else {
-                vec![
-                    (node_start[from], node_start[k] - node_start[from]),
-                    (0, node_start[end - k]),
-                ]
-            }
-        };
+        let span = |from: usize, m: usize| pk.nodes(from, m);
         let mut d = 1;
         while d < k {
             let m = d.min(k - d);
@@ -83,10 +54,6 @@ pub fn build(a: &Args) -> Schedule {
         }
     }
     bcast::binomial::tree(&mut b, mine, l.me, 0, (buf, 0, total));
-    if !packed {
-        for (x, &p) in pos.iter().enumerate() {
-            b.copy((buf, p, a.counts[x]), (Buf::Recv, a.displs[x], a.counts[x]));
-        }
-    }
+    pk.unpack(&mut b, a);
     b.finish()
 }

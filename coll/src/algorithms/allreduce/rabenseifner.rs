@@ -5,16 +5,10 @@
 
 use crate::algorithms::reduce_scatter::recursive_halving::{doubling, fold_in, halving};
 use crate::algorithms::{pow2_floor, split, Args};
-use crate::schedule::{Buf, Builder, El, Schedule};
+use crate::schedule::{Builder, El, Schedule};
 
 pub fn build(a: &Args) -> Schedule {
-    let count = a.count;
-    let mut b = Builder::new(a.esize);
-    b.copy((a.input(), 0, count), (Buf::Recv, 0, count));
-    b.end_round();
-    let all: Vec<usize> = (0..a.size).collect();
-    core(&mut b, &all, a.rank, (Buf::Recv, 0, count));
-    b.finish()
+    super::over_all(a, core)
 }
 
 /// Allreduce in place of `data` over the members `g` (this rank is

@@ -4,15 +4,10 @@
 
 use crate::algorithms::reduce_scatter::recursive_halving::vpeer;
 use crate::algorithms::{pow2_floor, Args};
-use crate::schedule::{Buf, Builder, El, Schedule};
+use crate::schedule::{Builder, El, Schedule};
 
 pub fn build(a: &Args) -> Schedule {
-    let mut b = Builder::new(a.esize);
-    b.copy((a.input(), 0, a.count), (Buf::Recv, 0, a.count));
-    b.end_round();
-    let g: Vec<usize> = (0..a.size).collect();
-    core(&mut b, &g, a.rank, (Buf::Recv, 0, a.count));
-    b.finish()
+    super::over_all(a, core)
 }
 
 /// Allreduce in place of `data` over the members `g` (this rank is
