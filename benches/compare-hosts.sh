@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Collectives across simulated hosts (../shared/hosts/: network namespaces
-# h1..h4 with their own hostnames, tcp over veth between them, shared memory
+# h1..h9 with their own hostnames, tcp over veth between them, shared memory
 # inside each): ibcoll (`ibrun --hosts ADDR:P,... --rsh nsrsh`) vs Open MPI
 # (`plm_rsh_agent nsrsh`, yielding), REPS interleaved repetitions, median
 # (min-max) of the average call latency, written as a section of
 # docs/PERFORMANCE.md (between markers; the rest is kept).
 #
 #   benches/compare-hosts.sh [REPS]     (default 3; the hosts must be up)
-#   env: SHAPES="2x1 2x2 4x2" hosts x ranks per host,
+#   env: SHAPES="2x1 2x2 4x2" hosts x ranks per host (up to 9 hosts;
+#        8x1 and 8x2 reach the multi-leader rules, from 8 nodes),
 #        COLLS="barrier bcast ...", SIZES="8 65536 1048576", DOC=file,
 #        IBX="VAR=VAL ..." extra variables exported to the ibcoll ranks
 #        (e.g. IBCOLL_ALLREDUCE_ALGORITHM=ring to measure one algorithm),
@@ -38,7 +39,7 @@ TAG=${TAG:-}
 ALGS=${ALGS:-}
 OUT=target/compare-hosts${TAG:+/$TAG}
 PLOT=${PLOT:-$OUT/ratios.png}
-ADDRS=(10.251.0.11 10.251.0.12 10.251.0.13 10.251.0.14)
+ADDRS=(10.251.0.11 10.251.0.12 10.251.0.13 10.251.0.14 10.251.0.15 10.251.0.16 10.251.0.17 10.251.0.18 10.251.0.19)
 mkdir -p "$OUT" target/mpi
 [ -x "$H/nsrsh" ] || { echo "compare-hosts: $H/nsrsh not found" >&2; exit 1; }
 for s in $SHAPES; do

@@ -287,6 +287,11 @@ impl Table {
             // scale its (q+1)-ary rounds take 0.42x dissemination's model
             // time at 64 x 64 and 0.49x at 1,024 x 16, node_aware 0.65x
             // and 0.80x (sim::tests).
+            // Over tcp up to 16 ranks, measured: node-aware. At 8 hosts x 2
+            // (two ports a node) the multi-leader form lost, 5 interleaved
+            // rounds: 321 (306-377) vs 520 (497-583) us, Open MPI 436;
+            // 329 vs 485 in an earlier 3-round run (docs/PERFORMANCE.md).
+            over_tcp(rule(Barrier, 16, ANY, ANY, "node_aware")),
             multi_node(rule(Barrier, ANY, ANY, ANY, "multi_leader")),
             rule(Barrier, ANY, ANY, ANY, "dissemination"),
             // Many nodes, small data: the multi-leader tree (q ports per
@@ -348,7 +353,10 @@ impl Table {
             // measured (us): 8 B 3.2 vs 6.9 recursive doubling at 8 x 8,
             // 6.4 vs 13.8 at 64 x 64, 10.5 vs 21.3 at 1,024 x 16; at
             // 256 B it loses on 1,024 nodes (94 vs 23: every node gathers
-            // and combines every node's sum).
+            // and combines every node's sum). Over tcp up to 16 ranks the
+            // node-aware one, measured at 8 hosts x 2 (8 B, 5 rounds: 324
+            // vs 498 us, Open MPI 509; 337 vs 482 in a 3-round run).
+            over_tcp(rule(Allreduce, 16, ANY, 16, "node_aware")),
             from_nodes(
                 rule(Allreduce, ANY, ANY, 16, "multi_leader"),
                 MULTI_LEADER_NODES,
@@ -413,17 +421,24 @@ impl Table {
             // 8 B 35 vs 53 and 116 vs 157, 1 KiB 58 vs 68 and 182 vs
             // 225; allgather at 1 KiB mixed: 80 vs 65, 159 vs 173).
             // One rank per node keeps the flat ones (2 x 1: 0.4x Open
-            // MPI).
-            // From 8 nodes, any size: every rank a port of the multi-leader
-            // exchange. From the model, not measured (us,
+            // MPI; 8 x 1, 8 B: 173 vs 215 multi-leader, 213 node-aware).
+            // The node-aware ones hold up to 16 ranks (8 x 2, 8 B, 5
+            // rounds: 335 vs multi-leader 399, Open MPI 446).
+            over_tcp(rule(Allgather, ANY, 1, 8 * k, "recursive_doubling")),
+            over_tcp(rule(Allgather, 16, ANY, 512, "node_aware")),
+            over_tcp(rule(Allgatherv, ANY, 1, 8 * k, "bruck")),
+            over_tcp(rule(Allgatherv, 16, ANY, k, "node_aware")),
+            // From 8 nodes otherwise, any size: every rank a port of the
+            // multi-leader exchange. From the model (us,
             // `sim::tests::multi_leader_crossover_in_the_model`): 8 B
             // 4.9 vs 6.3 recursive doubling at 8 x 2, 3.9 vs 7.1 at 8 x 8,
             // 9.1 vs 26.8 at 64 x 64, 26.4 vs 73.6 at 1,024 x 16; 64 KiB
-            // 274 vs 380 at 8 x 2, 28.5 vs 106 ms at 64 x 64. With one
-            // rank per node it is a Bruck among the nodes (the model ties
-            // recursive doubling). On the simulated hosts (2 x 2, 4 x 2,
-            // tcp, 3 rounds) it lost: 8 B 38 vs 28 and 158 vs 126 us,
-            // 1 MiB 4.4 vs 3.8 and 19.4 vs 18.6 ms (docs/PERFORMANCE.md).
+            // 274 vs 380 at 8 x 2, 28.5 vs 106 ms at 64 x 64; measured at
+            // 8 x 2, 64 KiB: 3988 vs node-aware 4419 us (Open MPI 7113).
+            // With one rank per node it is a Bruck among the nodes (the
+            // model ties recursive doubling). Below 8 nodes, forced on the
+            // simulated hosts (2 x 2, 4 x 2) it lost: 8 B 38 vs 28 and
+            // 158 vs 126 us, 1 MiB 4.4 vs 3.8 and 19.4 vs 18.6 ms.
             from_nodes(
                 rule(Allgather, ANY, ANY, ANY, "multi_leader"),
                 MULTI_LEADER_NODES,
@@ -432,9 +447,7 @@ impl Table {
                 rule(Allgatherv, ANY, ANY, ANY, "multi_leader"),
                 MULTI_LEADER_NODES,
             ),
-            over_tcp(rule(Allgather, ANY, 1, 8 * k, "recursive_doubling")),
             over_tcp(rule(Allgather, ANY, ANY, 512, "node_aware")),
-            over_tcp(rule(Allgatherv, ANY, 1, 8 * k, "bruck")),
             over_tcp(rule(Allgatherv, ANY, ANY, k, "node_aware")),
             // Recursive doubling for small blocks, ring from 32 KiB
             // (28 vs 63 us; Bruck's extra copies cost 93 us).
@@ -501,9 +514,15 @@ impl Table {
             // first ranks send eagerly and go on, so calls in a row
             // overlap (simulated hosts, 8 B, us: scan 2 x 2 1.6 vs 120
             // recursive doubling vs 3.5 Open MPI, 4 x 2 3.9 vs 925 vs 6.7;
-            // exscan alike). A single call still takes n - 1 hops.
-            over_tcp(rule(Scan, 8, ANY, 64 * k - 1, "chain")),
-            over_tcp(rule(Exscan, 8, ANY, 64 * k - 1, "chain")),
+            // exscan alike). A single call still takes n - 1 hops. Up to
+            // 16 ranks, also from 64 KiB (8 hosts x 2, 5 rounds, us: scan
+            // 8 B 23 vs 447 recursive doubling or multi-leader vs 21
+            // Open MPI, 64 KiB 330 vs 1531 vs 593; exscan 25 vs 442 vs
+            // 25, 326 vs 1283 vs 458).
+            over_tcp(rule(Scan, 16, ANY, 64 * k - 1, "chain")),
+            over_tcp(rule(Exscan, 16, ANY, 64 * k - 1, "chain")),
+            over_tcp(seg(rule(Scan, 16, ANY, ANY, "chain"), 256 * k)),
+            over_tcp(seg(rule(Exscan, 16, ANY, ANY, "chain"), 256 * k)),
             // Many nodes, one or two elements: the multi-leader scan
             // (in-node scan, node totals gathered through q ports per
             // node, each node's prefix in front). From the model, not
@@ -896,11 +915,23 @@ mod tests {
             }
             for c in [Collective::Allgather, Collective::Allgatherv] {
                 for bytes in [8, 1 << 20] {
-                    assert_eq!(pick(c, 16, 2, bytes, net), "multi_leader");
                     assert_eq!(pick(c, 64 * 64, 64, bytes, net), "multi_leader");
                 }
+                assert_eq!(pick(c, 16, 2, 1 << 20, net), "multi_leader");
                 assert_ne!(pick(c, 14, 2, 8, net), "multi_leader");
             }
+            // Up to 16 ranks over tcp, what 8 hosts x 2 measured.
+            let small = if net == Net::Tcp {
+                ["node_aware", "node_aware", "node_aware", "chain"]
+            } else {
+                ["multi_leader"; 4]
+            };
+            assert_eq!(pick(Collective::Allgather, 16, 2, 8, net), small[0]);
+            assert_eq!(pick(Collective::Allreduce, 16, 2, 8, net), small[1]);
+            assert_eq!(pick(Collective::Barrier, 16, 2, 0, net), small[2]);
+            assert_eq!(pick(Collective::Scan, 16, 2, 8, net), small[3]);
+            assert_eq!(pick(Collective::Barrier, 64, 2, 0, net), "multi_leader");
+            assert_eq!(pick(Collective::Allreduce, 64, 2, 8, net), "multi_leader");
             // One rank per node: recursive doubling, as measured.
             assert_eq!(
                 pick(Collective::Allreduce, 16, 1, 8, net),
@@ -930,7 +961,7 @@ mod tests {
                 .unwrap()
                 .algorithm
         };
-        assert_eq!(barrier(8, 2), "multi_leader");
+        assert_eq!(barrier(8, 2), "node_aware");
         assert_eq!(barrier(8, 8), "dissemination");
         let on = |c, size, ppn, bytes| {
             t.lookup_where(c, size, ppn, bytes, Net::Tcp, false)
@@ -954,7 +985,8 @@ mod tests {
                 .algorithm
         };
         assert_eq!(scan(4, 2), "chain");
-        assert_eq!(scan(12, 4), "recursive_doubling");
+        assert_eq!(scan(16, 4), "chain");
+        assert_eq!(scan(24, 4), "recursive_doubling");
         assert_eq!(scan(64, 2), "multi_leader");
         // The rules measured over tcp stay there: over rdma two nodes of
         // two ranks keep the node-aware allreduce at 1 MiB and the scan
