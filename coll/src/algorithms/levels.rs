@@ -66,6 +66,16 @@ impl Levels {
             .collect()
     }
 
+    /// Whether the nodes are blocks of consecutive ranks, in rank order
+    /// (the ranks listed node after node are 0, 1, 2, ...).
+    pub fn in_rank_order(&self) -> bool {
+        self.groups
+            .iter()
+            .flatten()
+            .enumerate()
+            .all(|(i, &r)| i == r)
+    }
+
     /// The fewest ranks on one node.
     pub fn min_ppn(&self) -> usize {
         self.groups.iter().map(|g| g.len()).min().unwrap_or(1)

@@ -256,6 +256,8 @@ impl Builder {
     }
 
     /// Peers given from now on are members of `group` (`None`: ranks).
+    /// One group at a time: a call replaces the group before it, so a
+    /// schedule run on a group must not itself call this.
     pub fn within(&mut self, group: Option<&[usize]>) {
         self.group = group.map(<[usize]>::to_vec);
     }

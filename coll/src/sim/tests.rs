@@ -1173,44 +1173,33 @@ fn mcast_model_table() {
 /// rows; the 1 MiB ones take most of the two minutes).
 #[test]
 fn multi_leader_at_scale_in_the_model() {
+    // 1 MiB: bcast through the node-aware pipeline, allreduce by slices
+    // with halving and doubling among the nodes, allgather with every rank
+    // a port.
+    let cases = [
+        (Collective::Barrier, 8),
+        (Collective::Bcast, 8),
+        (Collective::Allreduce, 8),
+        (Collective::Allgather, 8),
+        (Collective::Bcast, 1 << 20),
+        (Collective::Allreduce, 1 << 20),
+        (Collective::Allgather, 1 << 20),
+    ];
     for (k, ppn) in [(64, 64), (1024, 16)] {
-        for c in [
-            Collective::Barrier,
-            Collective::Bcast,
-            Collective::Allreduce,
-        ] {
-            let (two, flat, name) = two_level_vs_flat(k, ppn, 8, c);
+        for (c, bytes) in cases {
+            let (two, flat, name) = two_level_vs_flat(k, ppn, bytes, c);
             assert!(
                 two <= 0.5 * flat,
-                "{} {k} x {ppn}: two-level {two} vs {name} {flat}",
+                "{} {bytes} B {k} x {ppn}: two-level {two} vs {name} {flat}",
                 c.name()
             );
         }
-        // 1 MiB: bcast through the node-aware pipeline, allreduce by
-        // slices with halving and doubling among the nodes, allgather with
-        // every rank a port.
-        for c in [
-            Collective::Bcast,
-            Collective::Allreduce,
-            Collective::Allgather,
-        ] {
-            let (two, flat, name) = two_level_vs_flat(k, ppn, 1 << 20, c);
-            assert!(
-                two <= 0.5 * flat,
-                "{} 1 MiB {k} x {ppn}: two-level {two} vs {name} {flat}",
-                c.name()
-            );
-        }
-        let (two, flat, name) = two_level_vs_flat(k, ppn, 8, Collective::Allgather);
-        assert!(
-            two <= 0.5 * flat,
-            "allgather 8 B {k} x {ppn}: two-level {two} vs {name} {flat}"
-        );
     }
 }
 
-/// Where the multi-leader bcast and allreduce stop paying, in model time
-/// (the size cap of their rules in the selection table):
+/// Where the multi-leader bcast, allreduce and scan stop paying, and the
+/// allgather's times against the other forms, in model time (the size caps
+/// and node counts of their rules in the selection table):
 /// `cargo test --release -p ibcoll --lib multi_leader_crossover -- --ignored --nocapture`.
 #[test]
 #[ignore]

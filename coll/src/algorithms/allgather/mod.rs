@@ -60,10 +60,9 @@ pub(crate) struct NodePacking {
 impl NodePacking {
     pub fn new(b: &mut Builder, a: &Args, l: &Levels) -> NodePacking {
         let order: Vec<usize> = l.groups.iter().flatten().copied().collect();
-        let in_order = order.iter().enumerate().all(|(i, &x)| i == x);
         let sizes: Vec<usize> = order.iter().map(|&x| a.counts[x]).collect();
         let pp = prefix(&sizes);
-        let packed = a.canonical && in_order;
+        let packed = a.canonical && l.in_rank_order();
         let buf = if packed {
             Buf::Recv
         } else {

@@ -32,8 +32,6 @@ pub fn build(a: &Args) -> Schedule {
     let mut b = Builder::new(a.esize);
     let pk = NodePacking::new(&mut b, a, &l);
     let (buf, pos) = (pk.buf, &pk.pos);
-    // Element ranges of the nodes from, from+1, ..., m of them (mod k).
-    let span = |from: usize, m: usize| pk.nodes(from, m);
 
     let r = a.rank;
     let input = if a.in_place {
@@ -58,14 +56,16 @@ pub fn build(a: &Args) -> Schedule {
     let mut d = 1usize;
     while d < k {
         let want = k.min(d.saturating_mul(q + 1)) - d;
-        // Port j's run: nodes d + start(j) .. d + start(j + 1) from here.
+        // Port j's run: nodes d + start(j) .. d + start(j + 1) from here
+        // (empty ranges, of no nodes or of nodes without data, never
+        // travel).
         let start = |j: usize| j * want / q;
         let runs: Vec<Vec<(usize, usize)>> = (0..mine.len())
             .map(|j| {
-                if j >= q || start(j + 1) == start(j) {
-                    Vec::new()
+                if j < q {
+                    pk.nodes((x + d + start(j)) % k, start(j + 1) - start(j))
                 } else {
-                    span((x + d + start(j)) % k, start(j + 1) - start(j))
+                    Vec::new()
                 }
             })
             .collect();
@@ -73,13 +73,11 @@ pub fn build(a: &Args) -> Schedule {
             let len = start(me + 1) - start(me);
             let off = d + start(me);
             let nonempty = |v: Vec<(usize, usize)>| v.into_iter().filter(|&(_, m)| m > 0);
-            if len > 0 {
-                for (o, m) in nonempty(span(x, len)) {
-                    b.send(l.groups[(x + k - off) % k][me], (buf, o, m));
-                }
-                for (o, m) in nonempty(span((x + off) % k, len)) {
-                    b.recv(l.groups[(x + off) % k][me], (buf, o, m));
-                }
+            for (o, m) in nonempty(pk.nodes(x, len)) {
+                b.send(l.groups[(x + k - off) % k][me], (buf, o, m));
+            }
+            for (o, m) in nonempty(pk.nodes((x + off) % k, len)) {
+                b.recv(l.groups[(x + off) % k][me], (buf, o, m));
             }
             b.end_round();
         }

@@ -38,15 +38,13 @@ pub fn build(a: &Args) -> Schedule {
         let leaders = l.leaders();
         let k = leaders.len();
         let i = l.node;
-        // Nodes [from, from + m) (mod k) as at most two ranges.
-        let span = |from: usize, m: usize| pk.nodes(from, m);
         let mut d = 1;
         while d < k {
             let m = d.min(k - d);
-            for (o, len) in span(i, m) {
+            for (o, len) in pk.nodes(i, m) {
                 b.send(leaders[(i + k - d) % k], (buf, o, len));
             }
-            for (o, len) in span((i + d) % k, m) {
+            for (o, len) in pk.nodes((i + d) % k, m) {
                 b.recv(leaders[(i + d) % k], (buf, o, len));
             }
             b.end_round();

@@ -28,8 +28,9 @@ use crate::algorithms::levels::{heap_children, heap_parent, Levels};
 use crate::algorithms::Args;
 use crate::schedule::{Buf, Builder, El, Schedule};
 
-/// Most bytes of partials a port gathers (nodes x vector).
-const MAX_GATHER: usize = 1 << 20;
+/// Most bytes of partials a port gathers (nodes x vector) in
+/// [`gather_partials`].
+pub(crate) const MAX_GATHER: usize = 1 << 20;
 
 pub fn build(a: &Args) -> Schedule {
     let l = Levels::new(a, false);

@@ -16,8 +16,8 @@
 //! the vector, so q leaders per node share the network phase; recursive
 //! doubling, or Rabenseifner's halving and doubling for slices from
 //! `HALVING_SLICE` on more than 2 nodes); an allgather among the first q
-//! and a copy to the folded members finish. Each slice is combined in one fixed order and then copied, so
-//! every rank gets the same bits.
+//! and a copy to the folded members finish. Each slice is combined in one
+//! fixed order and then copied, so every rank gets the same bits.
 
 use crate::algorithms::allreduce::{rabenseifner, recursive_doubling};
 use crate::algorithms::levels::Levels;

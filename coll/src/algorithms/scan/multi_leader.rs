@@ -18,15 +18,12 @@
 //! need not commute. Other placements, and more than `MAX_GATHER` bytes of
 //! totals on one rank, run recursive doubling.
 
-use crate::algorithms::allreduce::multi_leader::gather_partials;
+use crate::algorithms::allreduce::multi_leader::{gather_partials, MAX_GATHER};
 use crate::algorithms::barrier::multi_leader::ports;
 use crate::algorithms::levels::{heap_children, heap_parent, Levels};
 use crate::algorithms::scan::recursive_doubling;
 use crate::algorithms::Args;
 use crate::schedule::{Buf, Builder, Schedule};
-
-/// Most bytes of node totals a port gathers (nodes x vector).
-const MAX_GATHER: usize = 1 << 20;
 
 pub fn build(a: &Args) -> Schedule {
     scan(a, false)
@@ -40,8 +37,7 @@ fn scan(a: &Args, exclusive: bool) -> Schedule {
     let l = Levels::new(a, false);
     let k = l.groups.len();
     let count = a.count;
-    let blocks = l.groups.iter().flatten().enumerate().all(|(i, &r)| i == r);
-    if !blocks || k.saturating_mul(count).saturating_mul(a.esize) > MAX_GATHER {
+    if !l.in_rank_order() || k.saturating_mul(count).saturating_mul(a.esize) > MAX_GATHER {
         return if exclusive {
             recursive_doubling::build_exscan(a)
         } else {
@@ -67,24 +63,21 @@ fn scan(a: &Args, exclusive: bool) -> Schedule {
     b.within(Some(mine));
     recursive_doubling::core(&mut b, c, v, input, out, exclusive);
     b.within(None);
-    let total = if v + 1 < c {
-        None
-    } else if exclusive && c > 1 {
+    let total = if !exclusive || v + 1 < c {
+        out
+    } else if c > 1 {
         let t = b.scratch(count);
         b.copy(out, (t, 0, count));
         b.reduce(input, (t, 0, count), false);
         b.end_round();
-        Some((t, 0, count))
-    } else if exclusive {
-        Some(input)
+        (t, 0, count)
     } else {
-        Some(out)
+        input
     };
 
     // 2. Every node's total on member 0 (holder: the last member).
     let q = ports(k, l.min_ppn());
-    let src = total.unwrap_or(out);
-    let parts = gather_partials(&mut b, &l, q, count, c - 1, src);
+    let parts = gather_partials(&mut b, &l, q, count, c - 1, total);
     if x == 0 {
         return b.finish();
     }
